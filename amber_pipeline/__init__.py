@@ -1,0 +1,1 @@
+"""Amber core library: everything but the Dagster layer. Never imports dagster."""

@@ -1,0 +1,143 @@
+"""Tasks and Benchmark Versions.
+
+A Benchmark Version is an immutable snapshot of a Benchmark's Tasks, named by a
+content hash that is the same on every machine: it covers the sorted relative
+paths, the file bytes and the executable bit of every file of every Task, and
+nothing else (no timestamps, owners or other modes), so a checkout on another
+machine, or a copy with other permissions, gives the same id. Amber copies the
+Tasks into a content-addressed folder so that later edits of the source folder
+never change a Benchmark Version that Rewards already belong to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import stat
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from amber_pipeline.errors import AmberError
+
+TASK_FILE = "task.toml"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One Task of a Benchmark Version, as Amber needs to know it."""
+
+    name: str
+    folder: str  # relative to the Benchmark Version root
+    instruction: str
+    agent_timeout_sec: float | None
+
+
+@dataclass(frozen=True)
+class BenchmarkVersion:
+    id: str  # content hash, 64 hex
+    name: str
+    tasks: tuple[TaskSpec, ...]
+    root: Path  # the immutable copy
+
+    @property
+    def short_id(self) -> str:
+        return self.id[:12]
+
+    def task_path(self, task: TaskSpec) -> Path:
+        return self.root / task.folder
+
+
+def content_hash(task_dirs: list[Path], base: Path) -> str:
+    """Hash of sorted relative paths, file bytes and the executable bit only."""
+    entries: list[tuple[str, str, str]] = []
+    for task_dir in task_dirs:
+        for f in task_dir.rglob("*"):
+            if f.is_symlink():
+                raise AmberError(f"{f} is a symbolic link: Tasks may hold only files and folders.")
+            if not f.is_file():
+                continue
+            executable = "x" if f.stat().st_mode & stat.S_IXUSR else "-"
+            digest = hashlib.sha256(f.read_bytes()).hexdigest()
+            entries.append((f.relative_to(base).as_posix(), executable, digest))
+    h = hashlib.sha256()
+    for rel, executable, digest in sorted(entries):
+        h.update(f"{rel}\0{executable}\0{digest}\n".encode())
+    return h.hexdigest()
+
+
+def find_task_dirs(path: Path) -> list[Path]:
+    """The Task folders of a Benchmark folder: itself, or its sub-folders with a task.toml."""
+    if not path.exists():
+        raise AmberError(f"No Benchmark at {path}: give the path of a folder of Task folders, "
+                         "or the label of a registered Benchmark Version (name@N).")
+    if not path.is_dir():
+        raise AmberError(f"{path} is a file: give the folder that holds the Task folders.")
+    if (path / TASK_FILE).is_file():
+        return [path]
+    dirs = sorted(d for d in path.iterdir() if d.is_dir() and (d / TASK_FILE).is_file())
+    if not dirs:
+        raise AmberError(f"No Task found in {path}: a Benchmark folder must contain Task folders, "
+                         f"each with a {TASK_FILE}.")
+    return dirs
+
+
+def load_task(task_dir: Path, base: Path) -> TaskSpec:
+    """Read one Task folder, checking task.toml against Harbor 0.25's schema."""
+    from harbor.models.task.config import TaskConfig  # deferred: harbor imports are slow
+
+    toml_path = task_dir / TASK_FILE
+    try:
+        raw = tomllib.loads(toml_path.read_text())
+        config = TaskConfig.model_validate(raw)
+    except tomllib.TOMLDecodeError as e:
+        raise AmberError(f"{toml_path} is not valid TOML ({e}): fix the file and submit again.") from None
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(root)"
+        raise AmberError(f"{toml_path} breaks Harbor's task.toml schema at {where}: "
+                         f"{first['msg']}; fix the file and submit again.") from None
+    name = config.task.name.split("/", 1)[1] if config.task else task_dir.name
+    instruction_path = task_dir / "instruction.md"
+    if not instruction_path.is_file():
+        raise AmberError(f"Task {name} has no instruction.md: add one at {instruction_path}.")
+    return TaskSpec(
+        name=name,
+        folder=task_dir.relative_to(base).as_posix() or ".",
+        instruction=instruction_path.read_text(),
+        agent_timeout_sec=config.agent.timeout_sec,
+    )
+
+
+def snapshot(source: Path, store: Path, name: str | None = None) -> BenchmarkVersion:
+    """Load a Benchmark folder and copy it, once, into the content-addressed store."""
+    source = source.resolve()
+    task_dirs = find_task_dirs(source)
+    base = source if task_dirs != [source] else source.parent
+    tasks = [load_task(d, base) for d in task_dirs]
+    names = [t.name for t in tasks]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise AmberError(f"Task names must be unique in a Benchmark, but {', '.join(duplicates)} "
+                         "appear more than once: rename the Task folders.")
+    version_id = content_hash(task_dirs, base)
+    root = store / version_id
+    if not root.exists():
+        staging = store / f".{version_id}.tmp"
+        shutil.rmtree(staging, ignore_errors=True)
+        for d in task_dirs:
+            shutil.copytree(d, staging / d.relative_to(base), symlinks=False)
+        staging.rename(root)
+    return BenchmarkVersion(id=version_id, name=name or source.name, tasks=tuple(tasks), root=root)
+
+
+def open_snapshot(version_id: str, name: str, store: Path) -> BenchmarkVersion:
+    """Reopen a stored Benchmark Version by id (the copy is already checked)."""
+    root = store / version_id
+    if not root.is_dir():
+        raise AmberError(f"The files of Benchmark Version {version_id[:12]} are missing from {store}: "
+                         "submit its folder again to restore them.")
+    tasks = tuple(load_task(d, root) for d in find_task_dirs(root))
+    return BenchmarkVersion(id=version_id, name=name, tasks=tasks, root=root)

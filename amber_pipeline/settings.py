@@ -1,0 +1,70 @@
+"""Where the embedded Amber keeps its state.
+
+Everything lives under one folder, `AMBER_HOME` (default: `.amber` in the
+current directory), so a test can point Amber at a temporary folder and a user
+can delete one folder to start over:
+
+    AMBER_HOME/
+      warehouse/catalog.duckdb     catalog: Benchmark Versions, Jobs, cells
+      warehouse/trials/            Parquet Trial rows, one file per cell run
+      warehouse/rewards/           Parquet per-Task Rewards, one file per cell
+      warehouse/aggregates/        Parquet cell aggregates, one file per cell
+      benchmarks/<hash>/           immutable copies of Benchmark Versions
+      runs/<job>/<cell>/           Harbor trial folders (readable by `harbor view`)
+      dagster/                     DAGSTER_HOME of the embedded instance
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class AmberPaths:
+    home: Path
+
+    @classmethod
+    def from_env(cls) -> AmberPaths:
+        return cls(Path(os.environ.get("AMBER_HOME", ".amber")).resolve())
+
+    @property
+    def warehouse(self) -> Path:
+        return self.home / "warehouse"
+
+    @property
+    def catalog(self) -> Path:
+        return self.warehouse / "catalog.duckdb"
+
+    @property
+    def trials(self) -> Path:
+        return self.warehouse / "trials"
+
+    @property
+    def rewards(self) -> Path:
+        return self.warehouse / "rewards"
+
+    @property
+    def aggregates(self) -> Path:
+        return self.warehouse / "aggregates"
+
+    @property
+    def benchmarks(self) -> Path:
+        return self.home / "benchmarks"
+
+    @property
+    def runs(self) -> Path:
+        return self.home / "runs"
+
+    @property
+    def dagster_home(self) -> Path:
+        return self.home / "dagster"
+
+    def ensure(self) -> AmberPaths:
+        for p in (self.warehouse, self.trials, self.rewards, self.aggregates,
+                  self.benchmarks, self.runs, self.dagster_home):
+            p.mkdir(parents=True, exist_ok=True)
+        return self
