@@ -1,0 +1,41 @@
+"""Cells: one (Benchmark Version, Agent Version, Model Configuration) triple.
+
+A cell is the unit Amber schedules, stores and reports. Its key is short,
+stable and derived from the three ids, using only `[A-Za-z0-9=|@._-]` so that
+Dagster partition keys and its UI never trip on it; files are named by a hash
+of the key, never the raw key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+NO_MODEL = "none"
+
+
+@dataclass(frozen=True)
+class Cell:
+    benchmark_version_id: str
+    agent: str
+    agent_spec_id: str
+    model_configuration: str  # NO_MODEL for agents that call no model
+
+    @property
+    def key(self) -> str:
+        return (f"bv={self.benchmark_version_id[:12]}|agent={self.agent}@{self.agent_spec_id}"
+                f"|mc={self.model_configuration}")
+
+    @property
+    def file_id(self) -> str:
+        return cell_file_id(self.key)
+
+    @property
+    def label(self) -> str:
+        if self.model_configuration == NO_MODEL:
+            return self.agent
+        return f"{self.agent} / {self.model_configuration}"
+
+
+def cell_file_id(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:24]

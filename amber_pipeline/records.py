@@ -1,0 +1,94 @@
+"""Persisted records: one schema module, with a schema version.
+
+Trial rows are the warehouse's ground truth; everything else (per-Task
+Rewards, cell aggregates, reports) is derived from them and can be recomputed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pyarrow as pa
+from pydantic import BaseModel
+
+SCHEMA_VERSION = 1
+
+
+class TrialRecord(BaseModel):
+    """One Trial: one attempt of one Agent x Model Configuration at one Task, within a Job."""
+
+    schema_version: int = SCHEMA_VERSION
+    job_id: str
+    cell_key: str
+    benchmark_version_id: str
+    task_name: str
+    attempt: int  # 1..Trials per Task
+    trial_name: str
+    agent: str
+    agent_version: str
+    model_configuration: str
+    reward: float | None  # None when Errored
+    errored: bool
+    error_type: str | None
+    error_message: str | None  # one line, no traceback
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    started_at: datetime
+    finished_at: datetime
+    duration_sec: float
+    image_id: str | None
+    trial_dir: str
+
+
+TRIAL_SCHEMA = pa.schema([
+    ("schema_version", pa.int32()),
+    ("job_id", pa.string()),
+    ("cell_key", pa.string()),
+    ("benchmark_version_id", pa.string()),
+    ("task_name", pa.string()),
+    ("attempt", pa.int32()),
+    ("trial_name", pa.string()),
+    ("agent", pa.string()),
+    ("agent_version", pa.string()),
+    ("model_configuration", pa.string()),
+    ("reward", pa.float64()),
+    ("errored", pa.bool_()),
+    ("error_type", pa.string()),
+    ("error_message", pa.string()),
+    ("input_tokens", pa.int64()),
+    ("output_tokens", pa.int64()),
+    ("cost_usd", pa.float64()),
+    ("started_at", pa.timestamp("us", tz="UTC")),
+    ("finished_at", pa.timestamp("us", tz="UTC")),
+    ("duration_sec", pa.float64()),
+    ("image_id", pa.string()),
+    ("trial_dir", pa.string()),
+])
+
+TASK_REWARD_SCHEMA = pa.schema([
+    ("cell_key", pa.string()),
+    ("task_name", pa.string()),
+    ("n_trials", pa.int64()),
+    ("n_errored", pa.int64()),
+    ("mean_reward", pa.float64()),
+])
+
+CELL_RESULT_SCHEMA = pa.schema([
+    ("cell_key", pa.string()),
+    ("benchmark_version_id", pa.string()),
+    ("agent", pa.string()),
+    ("model_configuration", pa.string()),
+    ("n_tasks", pa.int64()),
+    ("n_trials", pa.int64()),
+    ("mean_reward", pa.float64()),
+    ("ci_low", pa.float64()),
+    ("ci_high", pa.float64()),
+    ("cost_usd", pa.float64()),
+    ("mean_duration_sec", pa.float64()),
+    ("errored", pa.int64()),
+])
+
+
+def trials_table(records: list[TrialRecord]) -> pa.Table:
+    return pa.Table.from_pylist([r.model_dump() for r in records], schema=TRIAL_SCHEMA)

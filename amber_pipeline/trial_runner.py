@@ -1,0 +1,134 @@
+"""Runs the Trials of one cell of a Job through Harbor's trial engine.
+
+Each Trial is a Harbor `Trial` with Amber's sandbox (`sandbox.AmberSandbox`)
+and the cell's Agent. A Trial that fails in any way becomes a row with its
+error type and message: one bad Trial never sinks the cell. Trial folders are
+named `<task>__<attempt>` so a cell run that crashed and is run again replaces
+its Trials instead of adding to them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from amber_pipeline import agents, docker_engine, model_configs, outcomes, sandbox
+from amber_pipeline.benchmark import BenchmarkVersion, TaskSpec
+from amber_pipeline.cells import Cell
+from amber_pipeline.records import TrialRecord
+
+SANDBOX_USD_PER_HOUR = 0.05  # the embedded default's price of one sandbox-hour
+DEFAULT_CONCURRENCY = 2
+
+
+@dataclass(frozen=True)
+class CellRun:
+    job_id: str
+    cell: Cell
+    benchmark: BenchmarkVersion
+    trials_per_task: int
+    run_dir: Path
+
+
+def quiet_harbor() -> None:
+    """Keep Harbor and litellm off the internet (price list, telemetry)."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("HARBOR_TELEMETRY", "off")
+
+
+def trial_name(task: TaskSpec, attempt: int) -> str:
+    return f"{task.name[:40]}__{attempt}"
+
+
+def run_cell(run: CellRun, *, concurrency: int = DEFAULT_CONCURRENCY,
+             on_trial_done: Callable[[TrialRecord], None] | None = None) -> list[TrialRecord]:
+    """Run every Trial of the cell (Tasks x Trials per Task); return one record per Trial."""
+    quiet_harbor()
+    docker_engine.connect()
+    agent = agents.get(run.cell.agent)
+    mc = model_configs.get(run.cell.model_configuration) if agent.needs_model else None
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        base_url = None
+        if mc is not None and mc.replay_file is not None:
+            from amber_pipeline.provider_double import ProviderDouble, load_replay
+
+            double = ProviderDouble([load_replay(mc.replay_file)],
+                                    {t.name: t.instruction for t in run.benchmark.tasks})
+            base_url = stack.enter_context(double).base_url
+            os.environ.setdefault("OPENAI_API_KEY", "replay-needs-no-key")
+        return asyncio.run(_run_all(run, agent, mc, base_url, concurrency, on_trial_done))
+
+
+async def _run_all(run, agent, mc, base_url, concurrency, on_trial_done) -> list[TrialRecord]:
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(task: TaskSpec, attempt: int) -> TrialRecord:
+        async with gate:
+            record = await _run_trial(run, task, attempt, agent, mc, base_url)
+        if on_trial_done is not None:
+            on_trial_done(record)
+        return record
+
+    work = [one(t, a) for a in range(1, run.trials_per_task + 1) for t in run.benchmark.tasks]
+    return list(await asyncio.gather(*work))
+
+
+async def _run_trial(run: CellRun, task: TaskSpec, attempt: int, agent: agents.AgentSpec,
+                     mc: model_configs.ModelConfiguration | None, base_url: str | None) -> TrialRecord:
+    from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfig, TrialConfig
+    from harbor.trial.trial import Trial
+
+    name = trial_name(task, attempt)
+    trial_dir = run.run_dir / name
+    shutil.rmtree(trial_dir, ignore_errors=True)
+    kwargs: dict[str, object] = dict(agent.settings)
+    if mc is not None:
+        kwargs |= {"api_base": base_url, **mc.settings}
+    config = TrialConfig(
+        task=TaskConfig(path=run.benchmark.task_path(task)),
+        trials_dir=run.run_dir,
+        trial_name=name,
+        agent=AgentConfig(name=agent.name, model_name=f"openai/{mc.model}" if mc else None,
+                          kwargs=kwargs),
+        environment=EnvironmentConfig(import_path="amber_pipeline.sandbox:AmberSandbox"),
+    )
+    started = datetime.now(UTC)
+    input_tokens = output_tokens = 0
+    try:
+        result = await (await Trial.create(config)).run()
+        outcome = outcomes.from_harbor(result)
+        if result.agent_result is not None:
+            input_tokens = result.agent_result.n_input_tokens or 0
+            output_tokens = result.agent_result.n_output_tokens or 0
+        started = result.started_at or started
+        finished = result.finished_at or datetime.now(UTC)
+    except Exception as exc:  # noqa: BLE001 - a failed Trial is a row, never a sunk cell
+        outcome = outcomes.from_exception(exc)
+        finished = datetime.now(UTC)
+    duration = (finished - started).total_seconds()
+    cost = (mc.cost_usd(input_tokens, output_tokens) if mc else 0.0) + duration / 3600 * SANDBOX_USD_PER_HOUR
+    image_id = _image_id(run.benchmark.task_path(task))
+    return TrialRecord(
+        job_id=run.job_id, cell_key=run.cell.key, benchmark_version_id=run.benchmark.id,
+        task_name=task.name, attempt=attempt, trial_name=name, agent=agent.name,
+        agent_version=agent.agent_version(image_id), model_configuration=run.cell.model_configuration,
+        reward=outcome.reward, errored=outcome.errored, error_type=outcome.error_type,
+        error_message=outcome.error_message, input_tokens=input_tokens, output_tokens=output_tokens,
+        cost_usd=round(cost, 8), started_at=started, finished_at=finished, duration_sec=duration,
+        image_id=image_id, trial_dir=str(trial_dir))
+
+
+def _image_id(task_dir: Path) -> str | None:
+    from docker.errors import DockerException
+
+    try:
+        return docker_engine.connect().images.get(sandbox.image_tag(task_dir / "environment")).id
+    except DockerException:
+        return None
