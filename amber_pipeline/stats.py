@@ -176,8 +176,9 @@ def paired_difference(
     bootstraps the mean of ``d`` (resampling Tasks, so each pair stays
     together). ``too_close_to_call`` is True when the interval contains 0.
     No shared Task: NaN mean, NaN interval, ``too_close_to_call=True``. One
-    shared Task or all differences equal: a zero-width interval at ``d``, so
-    the verdict then rests on that single value.
+    shared Task: too close to call whatever its difference, since a single
+    Task says nothing about Task-to-Task variation. All differences equal
+    (two or more Tasks): a zero-width interval at ``d``.
     """
     shared = sorted(a.keys() & b.keys())
     d = np.array([a[t] - b[t] for t in shared], dtype=np.float64)
@@ -188,5 +189,5 @@ def paired_difference(
         mean_difference=float(d.mean()),
         ci95=ci,
         n_shared_tasks=int(d.size),
-        too_close_to_call=ci.contains(0.0),
+        too_close_to_call=d.size < 2 or ci.contains(0.0),
     )

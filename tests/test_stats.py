@@ -216,9 +216,11 @@ def test_no_shared_tasks_is_too_close_to_call() -> None:
     assert paired_difference({}, {}).too_close_to_call
 
 
-def test_single_shared_task_gives_point_interval() -> None:
+def test_single_shared_task_is_too_close_to_call() -> None:
     res = paired_difference({"a": 1.0}, {"a": 0.0})
-    assert res.ci95 == Interval(1.0, 1.0) and not res.too_close_to_call
+    assert res.ci95 == Interval(1.0, 1.0) and res.too_close_to_call
+    two = paired_difference({"a": 1.0, "b": 1.0}, {"a": 0.0, "b": 0.0})
+    assert two.ci95 == Interval(1.0, 1.0) and not two.too_close_to_call
     tie = paired_difference({"a": 0.5, "b": 1.0}, {"a": 0.5, "b": 1.0})
     assert tie.ci95 == Interval(0.0, 0.0) and tie.too_close_to_call
 

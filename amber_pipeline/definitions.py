@@ -1,0 +1,15 @@
+"""Amber's Dagster definitions: the only module of amber_pipeline that imports dagster."""
+
+import dagster as dg
+
+from assets.cells import cell_aggregates, cell_job, rewards, trials
+from assets.job_requests import submit_job
+from assets.resources import WarehouseResource
+from sensors.job_requests import job_request_sensor
+
+defs = dg.Definitions(
+    assets=[trials, rewards, cell_aggregates],
+    jobs=[cell_job, submit_job],
+    sensors=[job_request_sensor],
+    resources={"warehouse": WarehouseResource()},
+)

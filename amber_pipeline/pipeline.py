@@ -1,0 +1,63 @@
+"""The steps of one cell run, as plain functions the Dagster assets call.
+
+trials -> rewards -> cell aggregates. Each step reads what the step before it
+stored and writes one Parquet file, so any step can be re-run alone and the
+Dagster layer stays a thin shell around these calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pyarrow as pa
+
+from amber_pipeline import jobs, report, stats
+from amber_pipeline.cells import cell_file_id
+from amber_pipeline.records import CELL_RESULT_SCHEMA, TASK_REWARD_SCHEMA, TrialRecord, trials_table
+from amber_pipeline.trial_runner import run_cell
+from amber_pipeline.warehouse import Warehouse
+
+
+def run_trials(wh: Warehouse, job_id: str, cell_key: str,
+               on_trial_done: Callable[[TrialRecord], None] | None = None) -> list[TrialRecord]:
+    """Run the Job's Trials of one cell and store them; the cell is marked done or failed."""
+    run = jobs.cell_run(wh, job_id, cell_key)
+    jobs.mark_cell(wh, job_id, cell_key, "running")
+    try:
+        records = run_cell(run, on_trial_done=on_trial_done)
+        wh.write_parquet(trials_table(records), wh.trials_file(run.cell.file_id, job_id))
+    except BaseException as exc:
+        jobs.mark_cell(wh, job_id, cell_key, "failed", str(exc).splitlines()[0][:300] if str(exc) else None)
+        raise
+    jobs.mark_cell(wh, job_id, cell_key, "done")
+    return records
+
+
+def write_rewards(wh: Warehouse, cell_key: str) -> pa.Table:
+    """Per-Task Rewards of the cell over all its Trials: scored count, Errored count, mean."""
+    trials = wh.trial_records(cell_key=cell_key)
+    means = stats.per_task_means([t.task_name for t in trials], [None if t.errored else t.reward for t in trials])
+    rows = []
+    for task in sorted({t.task_name for t in trials}):
+        of_task = [t for t in trials if t.task_name == task]
+        rows.append({"cell_key": cell_key, "task_name": task, "n_trials": len(of_task),
+                     "n_errored": sum(t.errored for t in of_task), "mean_reward": means.get(task)})
+    table = pa.Table.from_pylist(rows, schema=TASK_REWARD_SCHEMA)
+    wh.write_parquet(table, wh.rewards_file(cell_file_id(cell_key)))
+    return table
+
+
+def write_aggregates(wh: Warehouse, cell_key: str) -> report.CellResult | None:
+    """The cell's score over all its Trials, with its bootstrap interval."""
+    trials = wh.trial_records(cell_key=cell_key)
+    if not trials:
+        return None
+    result = report.cell_result(trials)
+    row = {"cell_key": cell_key, "benchmark_version_id": trials[0].benchmark_version_id,
+           "agent": result.agent, "model_configuration": result.model_configuration,
+           "n_tasks": result.n_tasks, "n_trials": result.n_trials, "mean_reward": result.score.mean,
+           "ci_low": result.score.ci95.low, "ci_high": result.score.ci95.high, "cost_usd": result.cost_usd,
+           "mean_duration_sec": result.mean_duration_sec, "errored": result.errored}
+    wh.write_parquet(pa.Table.from_pylist([row], schema=CELL_RESULT_SCHEMA),
+                     wh.aggregates_file(cell_file_id(cell_key)))
+    return result

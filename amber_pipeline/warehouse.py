@@ -1,0 +1,163 @@
+"""The warehouse: a DuckDB catalog plus Parquet files, and the SQL views over them.
+
+DuckDB lets one process hold a database file read-write and then refuses every
+other process, even read-only ones. So the catalog is never held longer than
+one short transaction, every opening takes an OS file lock first (shared for
+readers, exclusive for writers), and a process waits its turn instead of
+failing. Trial rows, per-Task Rewards and cell aggregates are Parquet files,
+each written to a temporary name then renamed, so a reader sees a whole file
+or none; readers query them through an in-memory DuckDB.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from amber_pipeline.records import CELL_RESULT_SCHEMA, TASK_REWARD_SCHEMA, TRIAL_SCHEMA, TrialRecord
+from amber_pipeline.settings import AmberPaths
+
+CATALOG_DDL = """
+create table if not exists benchmark_versions (
+    id varchar primary key, name varchar not null, number integer not null, label varchar not null unique,
+    source_path varchar, n_tasks integer not null, created_at timestamptz not null default now());
+create sequence if not exists job_seq start 1;
+create table if not exists jobs (
+    id varchar primary key, seq integer not null default nextval('job_seq'),
+    benchmark_version_id varchar not null, trials_per_task integer not null,
+    status varchar not null, created_at timestamptz not null default now(),
+    finished_at timestamptz, message varchar);
+create table if not exists job_cells (
+    job_id varchar not null, cell_key varchar not null, agent varchar not null,
+    model_configuration varchar not null, n_trials integer not null, status varchar not null,
+    started_at timestamptz, finished_at timestamptz, message varchar,
+    primary key (job_id, cell_key));
+"""
+
+
+class Warehouse:
+    def __init__(self, paths: AmberPaths):
+        self.paths = paths.ensure()
+        self._lock_path = paths.warehouse / "catalog.lock"
+
+    # ---- catalog -------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """One short read-write transaction on the catalog, serialized across processes."""
+        with self._locked(fcntl.LOCK_EX):
+            con = duckdb.connect(str(self.paths.catalog))
+            try:
+                con.execute(CATALOG_DDL)
+                con.execute("begin transaction")
+                yield con
+                con.execute("commit")
+            except BaseException:
+                with contextlib.suppress(duckdb.Error):
+                    con.execute("rollback")
+                raise
+            finally:
+                con.close()
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-only view of the catalog; readers share, writers wait for them."""
+        if not self.paths.catalog.exists():
+            with self.write():
+                pass
+        with self._locked(fcntl.LOCK_SH):
+            con = duckdb.connect(str(self.paths.catalog), read_only=True)
+            try:
+                yield con
+            finally:
+                con.close()
+
+    @contextlib.contextmanager
+    def _locked(self, mode: int) -> Iterator[None]:
+        with open(self._lock_path, "a+") as f:
+            fcntl.flock(f, mode)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    # ---- Parquet -------------------------------------------------------------
+
+    def trials_file(self, cell_file_id: str, job_id: str) -> Path:
+        return self.paths.trials / cell_file_id / f"{job_id}.parquet"
+
+    def rewards_file(self, cell_file_id: str) -> Path:
+        return self.paths.rewards / f"{cell_file_id}.parquet"
+
+    def aggregates_file(self, cell_file_id: str) -> Path:
+        return self.paths.aggregates / f"{cell_file_id}.parquet"
+
+    @staticmethod
+    def write_parquet(table: pa.Table, path: Path) -> None:
+        """Write to a temporary name in the same folder, then rename: all or nothing."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            pq.write_table(table, tmp)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    # ---- SQL -----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def query(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """An in-memory DuckDB with the catalog attached read-only and the documented views."""
+        with self.read():
+            con = duckdb.connect()
+            try:
+                con.execute(f"attach '{_sql_str(self.paths.catalog)}' as catalog (read_only)")
+                self._create_views(con)
+                yield con
+            finally:
+                con.close()
+
+    def trial_records(self, *, job_id: str | None = None, cell_key: str | None = None) -> list[TrialRecord]:
+        """The stored Trials of a Job, of a cell, or of both."""
+        with self.query() as con:
+            table = con.execute(
+                "select * from trials where (?::varchar is null or job_id = ?) "
+                "and (?::varchar is null or cell_key = ?) order by task_name, attempt",
+                [job_id, job_id, cell_key, cell_key]).fetch_arrow_table()
+        return [TrialRecord.model_validate(row) for row in table.to_pylist()]
+
+    def _create_views(self, con: duckdb.DuckDBPyConnection) -> None:
+        for name in ("benchmark_versions", "jobs", "job_cells"):
+            con.execute(f"create view {name} as select * from catalog.main.{name}")
+        sources = {
+            "trials": (self.paths.trials, "*/*.parquet", TRIAL_SCHEMA),
+            "rewards": (self.paths.rewards, "*.parquet", TASK_REWARD_SCHEMA),
+            "cell_aggregates": (self.paths.aggregates, "*.parquet", CELL_RESULT_SCHEMA),
+        }
+        for name, (folder, pattern, schema) in sources.items():
+            if any(folder.glob(pattern)):
+                con.execute(f"create view {name} as select * from read_parquet("
+                            f"'{_sql_str(folder / pattern)}', union_by_name = true)")
+            else:
+                con.register(f"_{name}_empty", schema.empty_table())
+                con.execute(f"create view {name} as select * from _{name}_empty")
+        con.execute("""
+            create view cell_results as
+            select b.label as benchmark, a.agent, a.model_configuration, a.n_tasks, a.n_trials,
+                   a.mean_reward, a.ci_low, a.ci_high, a.cost_usd, a.mean_duration_sec, a.errored,
+                   a.cell_key
+            from cell_aggregates a
+            left join benchmark_versions b on b.id = a.benchmark_version_id
+            order by benchmark, a.mean_reward desc""")
+
+
+def _sql_str(path: Path) -> str:
+    return str(path).replace("'", "''")

@@ -1,0 +1,73 @@
+"""Cell assets: a cell's Trials, its per-Task Rewards, and its aggregate score.
+
+A cell is one (Benchmark Version, Agent Version, Model Configuration) triple,
+one partition of `cells`. A cell run is launched by `job_request_sensor` for one
+Job (the run tag `amber/job`), runs that Job's Trials of the cell, then
+recomputes the cell's Rewards and score over all its stored Trials.
+"""
+
+
+import dagster as dg
+
+from amber_pipeline import pipeline, report
+from assets.resources import WarehouseResource
+
+JOB_TAG = "amber/job"
+
+cells = dg.DynamicPartitionsDefinition(name="cells")
+
+
+@dg.asset(partitions_def=cells, group_name="amber", kinds={"docker", "parquet"})
+def trials(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    """Trials of this cell for one Job: each Task attempted Trials-per-Task times by the cell's Agent and
+    Model Configuration in a Docker sandbox, through Harbor's trial engine. One Parquet file of Trial rows
+    (Reward, or Errored with its reason; tokens; cost; duration) per cell and Job."""
+    job_id = context.run.tags.get(JOB_TAG)
+    if not job_id:
+        raise dg.Failure("This cell run names no Job: submit Jobs with `amber job submit` or the submit_job job.")
+    wh = warehouse.get()
+
+    def progress(record) -> None:
+        outcome = "Errored" if record.errored else f"Reward {record.reward}"
+        context.log.info(f"Trial {record.trial_name}: {outcome} in {record.duration_sec:.1f} s")
+
+    records = pipeline.run_trials(wh, job_id, context.partition_key, on_trial_done=progress)
+    errored = sum(r.errored for r in records)
+    return dg.MaterializeResult(metadata={
+        "job": job_id, "trials": len(records), "errored": errored,
+        "cost_usd": round(sum(r.cost_usd for r in records), 6)})
+
+
+@dg.asset(partitions_def=cells, deps=[trials], group_name="amber", kinds={"parquet"})
+def rewards(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    """Rewards of this cell per Task: the mean Reward of each Task over its scored Trials, with the
+    number of Trials and of Errored Trials (which have no Reward and are left out of the mean)."""
+    table = pipeline.write_rewards(warehouse.get(), context.partition_key)
+    rows = table.to_pylist()
+    md = "| Task | Trials | Errored | mean Reward |\n|---|---|---|---|\n" + "\n".join(
+        f"| {r['task_name']} | {r['n_trials']} | {r['n_errored']} | "
+        f"{'-' if r['mean_reward'] is None else round(r['mean_reward'], 3)} |" for r in rows)
+    return dg.MaterializeResult(metadata={"tasks": len(rows), "rewards": dg.MetadataValue.md(md)})
+
+
+@dg.asset(partitions_def=cells, deps=[rewards], group_name="amber", kinds={"parquet"})
+def cell_aggregates(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    """The cell's score: mean Reward averaged per Task, then across Tasks, with a 95% bootstrap confidence
+    interval resampled over Tasks (10,000 seeded resamples); its total cost, mean Trial duration and the
+    number of Errored Trials, shown apart."""
+    result = pipeline.write_aggregates(warehouse.get(), context.partition_key)
+    if result is None:
+        return dg.MaterializeResult(metadata={"tasks": 0})
+    table = report.to_json([result], [])["cells"][0]
+    return dg.MaterializeResult(metadata={
+        "cell": result.label, "tasks": result.n_tasks, "trials": result.n_trials,
+        "mean_reward": dg.MetadataValue.float(float(result.score.mean)),
+        "ci95": f"[{table['ci95'][0]}, {table['ci95'][1]}]",
+        "cost_usd": dg.MetadataValue.float(round(result.cost_usd, 6)),
+        "mean_duration_sec": dg.MetadataValue.float(round(result.mean_duration_sec, 2)),
+        "errored": result.errored})
+
+
+cell_job = dg.define_asset_job(
+    "cell_job", selection=[trials, rewards, cell_aggregates], executor_def=dg.in_process_executor,
+    description="Runs one cell of a Job: its Trials, then the cell's Rewards and aggregate score.")
