@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -178,13 +177,18 @@ def demo(trials: int = 1) -> None:
     """Run the bundled demo: two replay Model Configurations with oracle and nop as bounds."""
     docker_engine.connect()
     paths = _paths()
+    started_here = embedded.daemon_pid(paths) is None
     embedded.start_daemon(paths)
-    wh = Warehouse(paths)
-    job = jobs.submit(wh, str(DEMO_BENCHMARK), agents.DEFAULT_AGENT, ["replay-strong", "replay-weak"], trials,
-                      bounds=True)
-    console.print(f"Submitted {job.id} over {job.benchmark_label}: terminus-2 with replay-strong and "
-                  "replay-weak (scripted replies, not real models), oracle and nop as bounds.")
-    _wait(wh, job.id)
+    try:
+        wh = Warehouse(paths)
+        job = jobs.submit(wh, str(DEMO_BENCHMARK), agents.DEFAULT_AGENT, ["replay-strong", "replay-weak"],
+                          trials, bounds=True)
+        console.print(f"Submitted {job.id} over {job.benchmark_label}: terminus-2 with replay-strong and "
+                      "replay-weak (scripted replies, not real models), oracle and nop as bounds.")
+        _wait(wh, job.id)
+    finally:
+        if started_here:
+            embedded.stop_daemon(paths)
     console.print(f"\nQuery it: amber sql \"select task_name, model_configuration, reward from trials "
                   f"where job_id = '{job.id}'\"")
 

@@ -14,6 +14,9 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
+
+import duckdb
 
 from amber_pipeline import agents, benchmark, model_configs
 from amber_pipeline.benchmark import BenchmarkVersion
@@ -59,8 +62,8 @@ def register_benchmark(wh: Warehouse, source: Path) -> tuple[BenchmarkVersion, s
         row = con.execute("select label from benchmark_versions where id = ?", [version.id]).fetchone()
         if row:
             return version, row[0]
-        number = con.execute("select coalesce(max(number), 0) + 1 from benchmark_versions where name = ?",
-                             [version.name]).fetchone()[0]
+        number = _scalar(con, "select coalesce(max(number), 0) + 1 from benchmark_versions where name = ?",
+                         [version.name])
         label = f"{version.name}@{number}"
         con.execute("insert into benchmark_versions (id, name, number, label, source_path, n_tasks) "
                     "values (?, ?, ?, ?, ?, ?)",
@@ -82,9 +85,14 @@ def resolve_benchmark(wh: Warehouse, ref: str) -> tuple[BenchmarkVersion, str]:
 
 def benchmark_of(wh: Warehouse, job: Job) -> BenchmarkVersion:
     with wh.read() as con:
-        name = con.execute("select name from benchmark_versions where id = ?",
-                           [job.benchmark_version_id]).fetchone()[0]
+        name = _scalar(con, "select name from benchmark_versions where id = ?", [job.benchmark_version_id])
     return benchmark.open_snapshot(job.benchmark_version_id, name, wh.paths.benchmarks)
+
+
+def _scalar(con: duckdb.DuckDBPyConnection, query: str, params: list) -> Any:
+    row = con.execute(query, params).fetchone()
+    assert row is not None, query
+    return row[0]
 
 
 # ---- Jobs ----------------------------------------------------------------------

@@ -14,7 +14,8 @@ from assets.resources import WarehouseResource
 
 JOB_TAG = "amber/job"
 
-cells = dg.DynamicPartitionsDefinition(name="cells")
+CELLS = "cells"
+cells = dg.DynamicPartitionsDefinition(name=CELLS)
 
 
 @dg.asset(partitions_def=cells, group_name="amber", kinds={"docker", "parquet"})

@@ -11,7 +11,7 @@ import dagster as dg
 
 from amber_pipeline import jobs
 from amber_pipeline.cells import cell_file_id
-from assets.cells import JOB_TAG, cell_job, cells
+from assets.cells import CELLS, JOB_TAG, cell_job, cells
 from assets.resources import WarehouseResource
 
 
@@ -22,7 +22,7 @@ def job_request_sensor(context: dg.SensorEvaluationContext, warehouse: Warehouse
     requests = jobs.new_cell_requests(warehouse.get(), after)
     if not requests:
         return dg.SkipReason(f"No Job submitted after Job #{after}.")
-    known = set(context.instance.get_dynamic_partitions(cells.name))
+    known = set(context.instance.get_dynamic_partitions(CELLS))
     new_keys = sorted({key for _, _, key in requests} - known)
     return dg.SensorResult(
         run_requests=[dg.RunRequest(partition_key=key, run_key=f"{job_id}:{cell_file_id(key)}",

@@ -81,6 +81,13 @@ def sensor_context(instance: dg.DagsterInstance, cursor: str | None) -> dg.Senso
                                    resources={"warehouse": WarehouseResource()})
 
 
+def tick_context(instance: dg.DagsterInstance, cursor: str | None) -> dg.SensorEvaluationContext:
+    """A context as the daemon's code server builds it (instance ref, the repository's top-level resources),
+    for `evaluate_tick`, which validates partition keys and adds Dagster's tags."""
+    return dg.build_sensor_context(instance_ref=instance.get_ref(), cursor=cursor, definitions=defs,
+                                   resources={"warehouse": WarehouseResource()})
+
+
 def test_sensor_turns_new_jobs_into_cell_runs(warehouse: Warehouse, instance: dg.DagsterInstance) -> None:
     # First tick, nothing submitted: skip, cursor unchanged.
     ctx = sensor_context(instance, None)
@@ -105,8 +112,7 @@ def test_sensor_turns_new_jobs_into_cell_runs(warehouse: Warehouse, instance: dg
 
     # What the daemon does: apply the adds, then evaluate a validated tick.
     instance.add_dynamic_partitions("cells", list(add.partition_keys))
-    data = job_request_sensor.evaluate_tick(
-        dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs, cursor=None))
+    data = job_request_sensor.evaluate_tick(tick_context(instance, None))
     assert data.cursor == str(job.seq)
     assert sorted(r.partition_key for r in data.run_requests) == keys
     for r in data.run_requests:
@@ -115,8 +121,7 @@ def test_sensor_turns_new_jobs_into_cell_runs(warehouse: Warehouse, instance: dg
         assert r.tags[JOB_TAG] == job.id
 
     # Next tick from that cursor, nothing new: skip.
-    data = job_request_sensor.evaluate_tick(
-        dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs, cursor=str(job.seq)))
+    data = job_request_sensor.evaluate_tick(tick_context(instance, str(job.seq)))
     assert not data.run_requests
     assert data.skip_message and f"#{job.seq}" in data.skip_message
     assert data.cursor in (None, str(job.seq))
@@ -130,8 +135,7 @@ def test_sensor_turns_new_jobs_into_cell_runs(warehouse: Warehouse, instance: dg
     assert {r.run_key for r in result.run_requests} == {f"{job2.id}:{cell_file_id(k)}" for k in keys}
     assert not result.dynamic_partitions_requests
     assert result.cursor == str(job2.seq)
-    data = job_request_sensor.evaluate_tick(
-        dg.build_sensor_context(instance_ref=instance.get_ref(), definitions=defs, cursor=str(job.seq)))
+    data = job_request_sensor.evaluate_tick(tick_context(instance, str(job.seq)))
     assert len(data.run_requests) == len(keys)
     assert not data.dynamic_partitions_requests
     assert data.cursor == str(job2.seq)
