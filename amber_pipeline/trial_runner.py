@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from amber_pipeline import agents, docker_engine, model_configs, outcomes, sandbox
+from amber_pipeline import agents, docker_engine, model_configs, outcomes
 from amber_pipeline.benchmark import BenchmarkVersion, TaskSpec
 from amber_pipeline.cells import Cell
 from amber_pipeline.records import TrialRecord
@@ -101,8 +101,11 @@ async def _run_trial(run: CellRun, task: TaskSpec, attempt: int, agent: agents.A
     )
     started = datetime.now(UTC)
     input_tokens = output_tokens = 0
+    image_id = None
     try:
-        result = await (await Trial.create(config)).run()
+        trial = await Trial.create(config)
+        result = await trial.run()
+        image_id = getattr(trial.agent_environment, "image_id", None)
         outcome = outcomes.from_harbor(result)
         if result.agent_result is not None:
             input_tokens = result.agent_result.n_input_tokens or 0
@@ -114,7 +117,6 @@ async def _run_trial(run: CellRun, task: TaskSpec, attempt: int, agent: agents.A
         finished = datetime.now(UTC)
     duration = (finished - started).total_seconds()
     cost = (mc.cost_usd(input_tokens, output_tokens) if mc else 0.0) + duration / 3600 * SANDBOX_USD_PER_HOUR
-    image_id = _image_id(run.benchmark.task_path(task))
     return TrialRecord(
         job_id=run.job_id, cell_key=run.cell.key, benchmark_version_id=run.benchmark.id,
         task_name=task.name, attempt=attempt, trial_name=name, agent=agent.name,
@@ -123,12 +125,3 @@ async def _run_trial(run: CellRun, task: TaskSpec, attempt: int, agent: agents.A
         error_message=outcome.error_message, input_tokens=input_tokens, output_tokens=output_tokens,
         cost_usd=round(cost, 8), started_at=started, finished_at=finished, duration_sec=duration,
         image_id=image_id, trial_dir=str(trial_dir))
-
-
-def _image_id(task_dir: Path) -> str | None:
-    from docker.errors import DockerException
-
-    try:
-        return docker_engine.connect().images.get(sandbox.image_tag(task_dir / "environment")).id
-    except DockerException:
-        return None
