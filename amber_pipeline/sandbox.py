@@ -61,6 +61,10 @@ class AmberSandbox(BaseEnvironment):
     def __init__(self, *args, **kwargs):
         self._client = docker_engine.connect()
         self._container = None
+        # stop() may run while start() is still building in its thread (Harbor
+        # cancels a start that times out): whoever comes second removes the container.
+        self._stopped = threading.Event()
+        self._lifecycle = threading.Lock()
         self.image_id: str | None = None
         super().__init__(*args, **kwargs)
 
@@ -96,10 +100,11 @@ class AmberSandbox(BaseEnvironment):
         if cfg.memory_mb:
             limits["mem_limit"] = f"{cfg.memory_mb}m"
             limits["memswap_limit"] = f"{cfg.memory_mb}m"
-        self._container = self._client.containers.run(
+        if self._stopped.is_set():
+            raise RuntimeError(f"The sandbox of {self.session_id} was stopped while it started")
+        container = self._client.containers.create(
             self.image_id,
             command=["sleep", "infinity"],
-            detach=True,
             init=True,
             network_mode="none",
             labels={SANDBOX_LABEL: self.session_id},
@@ -107,6 +112,12 @@ class AmberSandbox(BaseEnvironment):
             working_dir=cfg.workdir or None,
             **limits,
         )
+        with self._lifecycle:
+            if self._stopped.is_set():
+                container.remove(force=True)
+                raise RuntimeError(f"The sandbox of {self.session_id} was stopped while it started")
+            self._container = container
+        container.start()
 
     def _ensure_image(self, tag: str, force_build: bool) -> str:
         with _build_lock(tag):
@@ -135,8 +146,10 @@ class AmberSandbox(BaseEnvironment):
     async def stop(self, delete: bool) -> None:
         # Removed whatever `delete` says: no container may outlive its Trial.
         # The image stays, as the build cache of the next Trial.
-        if self._container is not None:
+        with self._lifecycle:
+            self._stopped.set()
             container, self._container = self._container, None
+        if container is not None:
             try:
                 await asyncio.to_thread(container.remove, force=True)
             except NotFound:
