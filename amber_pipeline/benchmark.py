@@ -15,6 +15,7 @@ import hashlib
 import shutil
 import stat
 import tomllib
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,11 +126,16 @@ def snapshot(source: Path, store: Path, name: str | None = None) -> BenchmarkVer
     version_id = content_hash(task_dirs, base)
     root = store / version_id
     if not root.exists():
-        staging = store / f".{version_id}.tmp"
-        shutil.rmtree(staging, ignore_errors=True)
-        for d in task_dirs:
-            shutil.copytree(d, staging / d.relative_to(base), symlinks=False)
-        staging.rename(root)
+        staging = store / f".{version_id}.{uuid.uuid4().hex}.tmp"
+        try:
+            for d in task_dirs:
+                shutil.copytree(d, staging / d.relative_to(base), symlinks=False)
+            staging.rename(root)
+        except OSError:
+            if not root.is_dir():  # another process stored the same version first: that is fine
+                raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return BenchmarkVersion(id=version_id, name=name or source.name, tasks=tuple(tasks), root=root)
 
 

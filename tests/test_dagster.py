@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import dagster as dg
@@ -19,9 +18,9 @@ import pytest
 
 from amber_pipeline import jobs
 from amber_pipeline.cells import cell_file_id
+from amber_pipeline.definitions import defs
 from amber_pipeline.settings import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse import Warehouse
-from amber_pipeline.definitions import defs
 from assets.cells import JOB_TAG, cell_aggregates, cells, rewards, trials
 from assets.resources import WarehouseResource
 from sensors.job_requests import job_request_sensor
@@ -83,7 +82,12 @@ def sensor_context(instance: dg.DagsterInstance, cursor: str | None) -> dg.Senso
 
 def tick_context(instance: dg.DagsterInstance, cursor: str | None) -> dg.SensorEvaluationContext:
     """A context as the daemon's code server builds it (instance ref, the repository's top-level resources),
-    for `evaluate_tick`, which validates partition keys and adds Dagster's tags."""
+    for `evaluate_tick`, which validates partition keys and adds Dagster's tags.
+
+    Use it in a `with` block: it opens its own DagsterInstance from the ref, which sets Dagster's current
+    DefsStateStorage (a ContextVar). Left to the garbage collector, its exit resets that ContextVar at a
+    random later moment to this test's instance, and a later test's definitions load then fails with
+    `sqlite3.OperationalError: unable to open database file` on the deleted instance directory."""
     return dg.build_sensor_context(instance_ref=instance.get_ref(), cursor=cursor, definitions=defs,
                                    resources={"warehouse": WarehouseResource()})
 
@@ -112,7 +116,8 @@ def test_sensor_turns_new_jobs_into_cell_runs(warehouse: Warehouse, instance: dg
 
     # What the daemon does: apply the adds, then evaluate a validated tick.
     instance.add_dynamic_partitions("cells", list(add.partition_keys))
-    data = job_request_sensor.evaluate_tick(tick_context(instance, None))
+    with tick_context(instance, None) as ctx:
+        data = job_request_sensor.evaluate_tick(ctx)
     assert data.cursor == str(job.seq)
     assert sorted(r.partition_key for r in data.run_requests) == keys
     for r in data.run_requests:
@@ -121,10 +126,11 @@ def test_sensor_turns_new_jobs_into_cell_runs(warehouse: Warehouse, instance: dg
         assert r.tags[JOB_TAG] == job.id
 
     # Next tick from that cursor, nothing new: skip.
-    data = job_request_sensor.evaluate_tick(tick_context(instance, str(job.seq)))
+    with tick_context(instance, str(job.seq)) as ctx:
+        data = job_request_sensor.evaluate_tick(ctx)
     assert not data.run_requests
     assert data.skip_message and f"#{job.seq}" in data.skip_message
-    print("SKIPCURSOR", repr(data.cursor))
+    assert data.cursor == str(job.seq)  # unchanged
 
     # A second Job over the same cells: new runs (new run keys), no partition adds.
     job2 = jobs.submit(warehouse, str(DEMO_BENCH), "oracle", [], 1, bounds=True)
@@ -135,7 +141,8 @@ def test_sensor_turns_new_jobs_into_cell_runs(warehouse: Warehouse, instance: dg
     assert {r.run_key for r in result.run_requests} == {f"{job2.id}:{cell_file_id(k)}" for k in keys}
     assert not result.dynamic_partitions_requests
     assert result.cursor == str(job2.seq)
-    data = job_request_sensor.evaluate_tick(tick_context(instance, str(job.seq)))
+    with tick_context(instance, str(job.seq)) as ctx:
+        data = job_request_sensor.evaluate_tick(ctx)
     assert len(data.run_requests) == len(keys)
     assert not data.dynamic_partitions_requests
     assert data.cursor == str(job2.seq)
@@ -249,7 +256,6 @@ def test_warehouse_locking_never_fails_across_processes(tmp_path: Path, warehous
         assert w.returncode == 0, err
         counts.append(json.loads(out.strip().splitlines()[-1]))
     submitted = 1 + sum(c["submitted"] for c in counts)
-    print("COUNTS", counts)
     assert all(c["submitted"] > 0 and c["queries"] > 0 and c["sensor_reads"] > 0 for c in counts), counts
     assert len(jobs.list_jobs(warehouse)) == submitted
     assert len(jobs.new_cell_requests(warehouse, 0)) == submitted

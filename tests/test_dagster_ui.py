@@ -1,0 +1,179 @@
+"""End to end through a real `dagster dev`: submit a Job over GraphQL, the daemon's sensor runs its cell.
+
+The webserver and daemon run on the embedded instance of a temporary AMBER_HOME, exactly as `amber ui`
+starts them; the cell run executes one real Trial in a Docker sandbox.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from amber_pipeline import embedded, jobs
+from amber_pipeline.settings import PROJECT_ROOT, AmberPaths
+from amber_pipeline.warehouse import Warehouse
+
+pytestmark = [pytest.mark.dagster_ui, pytest.mark.docker]
+
+STARTUP_BUDGET_S = 60
+PIPELINE_BUDGET_S = 120
+REPOSITORY = {"repositoryLocationName": "amber", "repositoryName": "__repository__"}
+
+LOCATIONS = "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus } } } }"
+LAUNCH = """
+mutation($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+    ... on InvalidSubsetError { message }
+  }
+}"""
+RUN_STATUS = """
+query($runId: ID!) { runOrError(runId: $runId) { __typename ... on Run { status } } }"""
+RUNS_OF_JOB = """
+query($job: String!) {
+  runsOrError(filter: {tags: [{key: "amber/job", value: $job}]}) {
+    ... on Runs { results { runId jobName status tags { key value } } }
+  }
+}"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Dagster:
+    def __init__(self, client: httpx.Client, proc: subprocess.Popen, log: Path):
+        self.client, self.proc, self.log = client, proc, log
+
+    def graphql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+        response = self.client.post("/graphql", json={"query": query, "variables": variables or {}})
+        response.raise_for_status()
+        body = response.json()
+        assert "errors" not in body, body["errors"]
+        return body["data"]
+
+    def wait(self, what: str, budget: float, check) -> Any:
+        deadline = time.monotonic() + budget
+        while True:
+            assert self.proc.poll() is None, f"dagster dev exited while waiting for {what}:\n{self.tail()}"
+            try:
+                value = check()
+            except httpx.TransportError:
+                value = None
+            if value:
+                return value
+            assert time.monotonic() < deadline, f"no {what} within {budget} s:\n{self.tail()}"
+            time.sleep(0.5)
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+
+@pytest.fixture
+def dagster_dev(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Dagster]:
+    home = tmp_path / "amber"
+    monkeypatch.setenv("AMBER_HOME", str(home))
+    port = free_port()
+    log = tmp_path / "dagster-dev.log"
+    dagster_bin = str(Path(sys.executable).parent / "dagster")
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [dagster_bin, "dev", "-w", str(PROJECT_ROOT / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
+            cwd=PROJECT_ROOT, env=embedded.environment(AmberPaths.from_env()), stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True)
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10, trust_env=False)
+    try:
+        yield Dagster(client, proc, log)
+    finally:
+        client.close()
+        _stop_group(proc)
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    # The run workers are in the same group; make sure none outlives the test.
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def test_submit_job_through_graphql_runs_its_cell(dagster_dev: Dagster, tmp_path: Path) -> None:
+    started = time.monotonic()
+    client = dagster_dev.client
+    dagster_dev.wait("/server_info 200", STARTUP_BUDGET_S, lambda: client.get("/server_info").status_code == 200)
+
+    def amber_loaded() -> bool:
+        entries = dagster_dev.graphql(LOCATIONS)["workspaceOrError"]["locationEntries"]
+        return any(e["name"] == "amber" and e["loadStatus"] == "LOADED" for e in entries)
+
+    dagster_dev.wait("LOADED code location", STARTUP_BUDGET_S - (time.monotonic() - started), amber_loaded)
+
+    bench = tmp_path / "one-task-bench"
+    shutil.copytree(PROJECT_ROOT / "examples" / "demo-bench" / "fix-off-by-one", bench / "fix-off-by-one")
+    params = {
+        "selector": {**REPOSITORY, "jobName": "submit_job"},
+        "runConfigData": {"ops": {"record_job_request": {"config": {
+            "benchmark": str(bench), "agent": "nop", "model_configurations": [], "trials_per_task": 1,
+            "bounds": False}}}},
+    }
+    launched = dagster_dev.graphql(LAUNCH, {"params": params})["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    run_id = launched["run"]["runId"]
+    deadline = time.monotonic() + PIPELINE_BUDGET_S
+
+    def left() -> float:
+        return deadline - time.monotonic()
+
+    def submit_done() -> str | None:
+        status = dagster_dev.graphql(RUN_STATUS, {"runId": run_id})["runOrError"]["status"]
+        return status if status in ("SUCCESS", "FAILURE", "CANCELED") else None
+
+    assert dagster_dev.wait("submit_job run end", left(), submit_done) == "SUCCESS"
+    wh = Warehouse(AmberPaths.from_env())
+    [job] = jobs.list_jobs(wh)
+    assert job.benchmark_label == "one-task-bench@1"
+    [cell] = jobs.cells_of(wh, job.id)
+
+    def cell_runs() -> list[dict[str, Any]]:
+        return dagster_dev.graphql(RUNS_OF_JOB, {"job": job.id})["runsOrError"]["results"]
+
+    [run] = dagster_dev.wait("cell run from the sensor", left(), cell_runs)
+    tags = {t["key"]: t["value"] for t in run["tags"]}
+    assert run["jobName"] == "cell_job"
+    assert tags["dagster/partition"] == cell.cell_key
+    assert tags["dagster/sensor_name"] == "job_request_sensor"
+
+    def cell_run_done() -> str | None:
+        status = dagster_dev.graphql(RUN_STATUS, {"runId": run["runId"]})["runOrError"]["status"]
+        return status if status in ("SUCCESS", "FAILURE", "CANCELED") else None
+
+    assert dagster_dev.wait("cell run end", left(), cell_run_done) == "SUCCESS"
+    job = jobs.get_job(wh, job.id)
+    assert job.status == "completed", job
+    with wh.query() as con:
+        rows = con.execute("select agent, n_trials, mean_reward from cell_results").fetchall()
+    assert rows == [("nop", 1, 0.0)]
