@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from decimal import Decimal
 from typing import Annotated
 
 import typer
@@ -16,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from amber_pipeline import agents, docker_engine, embedded, jobs, report
+from amber_pipeline import agents, docker_engine, embedded, identity, jobs, quotes, report, wallet, workspaces
 from amber_pipeline.errors import AmberError
 from amber_pipeline.settings import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse import Warehouse
@@ -27,9 +28,23 @@ job_app = typer.Typer(no_args_is_help=True, help="Submit and follow Jobs.")
 daemon_app = typer.Typer(no_args_is_help=True, help="The embedded Dagster daemon that starts cell runs.")
 app.add_typer(job_app, name="job")
 app.add_typer(daemon_app, name="daemon")
+workspace_app = typer.Typer(no_args_is_help=True, help="Workspaces and their members.")
+credit_app = typer.Typer(no_args_is_help=True, help="Credits: money staff add to a Wallet by hand.")
+app.add_typer(workspace_app, name="workspace")
+app.add_typer(credit_app, name="credit")
 console = Console(width=None if sys.stdout.isatty() else 120)
-FINAL = ("completed", "failed", "cancelled", "ceiling_reached")
 DEMO_BENCHMARK = PROJECT_ROOT / "examples" / "demo-bench"
+DEMO_CREDIT = Decimal(5)
+
+
+_actor_options: dict[str, str | None] = {"user": None, "workspace": None}
+
+
+@app.callback()
+def _global(user: Annotated[str | None, typer.Option(help="Act as this user (default: config, else login).")] = None,
+            workspace: Annotated[str | None, typer.Option(help="Act in this Workspace (default: config).")] = None,
+            ) -> None:
+    _actor_options.update(user=user, workspace=workspace)
 
 
 def _paths() -> AmberPaths:
@@ -40,95 +55,161 @@ def _wh() -> Warehouse:
     return Warehouse(_paths())
 
 
-@job_app.command("submit")
-def job_submit(
-    benchmark: Annotated[str, typer.Argument(help="A Benchmark folder, or a Benchmark Version label name@N.")],
-    agent: Annotated[str, typer.Option(help=f"One of: {', '.join(agents.AGENTS)}.")] = agents.DEFAULT_AGENT,
-    model: Annotated[list[str] | None, typer.Option(help="A Model Configuration; repeat for several.")] = None,
-    trials: Annotated[int, typer.Option(help="Trials per Task, 1 to 10.")] = 1,
-    bounds: Annotated[bool, typer.Option(help="Add oracle and nop cells as upper and lower bounds.")] = False,
-    wait: Annotated[bool, typer.Option(help="Wait for the Job with a progress bar.")] = False,
-) -> None:
-    """Submit a Job; the embedded daemon starts its cell runs within seconds."""
+def _actor() -> identity.Actor:
+    return identity.resolve(_actor_options["user"], _actor_options["workspace"])
+
+
+def _acting() -> tuple[Warehouse, identity.Actor, str]:
+    """The warehouse, the acting user, and the Workspace they act in (checked)."""
+    wh, actor = _wh(), _actor()
+    workspace = workspaces.acting_workspace(wh, actor)
+    quotes.expire_due(wh)
+    return wh, actor, workspace
+
+
+def _job_args(benchmark: str, agent: str, model: list[str] | None, trials: int, bounds: bool,
+              public: bool) -> dict:
+    return {"benchmark_ref": benchmark, "agent": agent, "models": model or [], "trials_per_task": trials,
+            "bounds": bounds, "public": public}
+
+
+BenchmarkArg = Annotated[str, typer.Argument(help="A Benchmark folder, or a Benchmark Version label name@N.")]
+AgentOpt = Annotated[str, typer.Option(help=f"One of: {', '.join(agents.AGENTS)}.")]
+ModelOpt = Annotated[list[str] | None, typer.Option(help="A Model Configuration; repeat for several.")]
+TrialsOpt = Annotated[int, typer.Option(help="Trials per Task, 1 to 10.")]
+BoundsOpt = Annotated[bool, typer.Option(help="Add oracle and nop cells as upper and lower bounds.")]
+PublicOpt = Annotated[bool, typer.Option(help="Register the folder as a public Benchmark (staff only).")]
+
+
+@job_app.command("quote")
+def job_quote(benchmark: BenchmarkArg, agent: AgentOpt = agents.DEFAULT_AGENT, model: ModelOpt = None,
+              trials: TrialsOpt = 1, bounds: BoundsOpt = False, public: PublicOpt = False) -> None:
+    """Quote a Job and reserve its amount from the Wallet; start it with `amber job start QUOTE`."""
+    wh, actor, workspace = _acting()
+    quote = quotes.create(wh, workspace, actor.user, **_job_args(benchmark, agent, model, trials, bounds, public))
+    _print_quote(quote)
+    console.print(f"Start it within the hour with: amber job start {quote.id}")
+
+
+@job_app.command("start")
+def job_start(quote_id: str) -> None:
+    """Start a quoted Job (by Quote or Job id)."""
     docker_engine.connect()
-    wh = _wh()
-    job = jobs.submit(wh, benchmark, agent, model or [], trials, bounds=bounds)
-    cells = jobs.cells_of(wh, job.id)
-    console.print(f"Submitted [bold]{job.id}[/]: {job.benchmark_label}, {len(cells)} cells, "
-                  f"{len(cells) * cells[0].n_trials} Trials.")
+    wh, _, workspace = _acting()
+    job = quotes.start(wh, workspace, quote_id)
+    console.print(f"Started [bold]{job.id}[/] over {job.benchmark_label}.")
+    _warn_without_daemon(wh)
+
+
+@job_app.command("submit")
+def job_submit(benchmark: BenchmarkArg, agent: AgentOpt = agents.DEFAULT_AGENT, model: ModelOpt = None,
+               trials: TrialsOpt = 1, bounds: BoundsOpt = False, public: PublicOpt = False,
+               wait: Annotated[bool, typer.Option(help="Wait for the Job with a progress bar.")] = False) -> None:
+    """Quote a Job and start it at once; the embedded daemon starts its cell runs within seconds."""
+    docker_engine.connect()
+    wh, actor, workspace = _acting()
+    quote, job = quotes.submit(wh, workspace, actor.user,
+                               **_job_args(benchmark, agent, model, trials, bounds, public))
+    _print_quote(quote)
+    console.print(f"Started [bold]{job.id}[/].")
+    _warn_without_daemon(wh)
+    if wait:
+        _wait(wh, workspace, job.id)
+
+
+@job_app.command("cancel")
+def job_cancel(job_id: str) -> None:
+    """Stop a Job: no new Trial starts, in-flight ones stop, the unspent reservation is refunded."""
+    wh, _, workspace = _acting()
+    job = jobs.cancel(wh, workspace, job_id)
+    console.print(f"{job.id} is {job.status}; in-flight Trials stop within seconds and the unspent "
+                  "reservation is refunded once they have.")
+
+
+def _print_quote(quote: quotes.Quote) -> None:
+    table = Table(title=f"Quote {quote.id} for {quote.job_id} on {quote.benchmark_label}")
+    for col in ("cell", "Tasks", "Trials/Task", "per Trial", "total", "estimate"):
+        table.add_column(col, justify="left" if col in ("cell", "estimate") else "right")
+    for c in quote.cells:
+        table.add_row(c.label, str(c.n_tasks), str(c.trials_per_task), wallet.show(Decimal(c.cost_per_trial)),
+                      wallet.show(Decimal(c.total)), c.basis)
+    console.print(table)
+    console.print(f"Reserved {wallet.show(quote.amount)} from Workspace {quote.workspace}'s Wallet as the Job's "
+                  f"spending ceiling; the Quote expires at {quote.expires_at:%Y-%m-%d %H:%M:%S %Z}.")
+
+
+def _warn_without_daemon(wh: Warehouse) -> None:
     if embedded.daemon_pid(wh.paths) is None:
         console.print("No Amber daemon runs on this instance: start one with `amber daemon start` "
                       "(or `amber ui`) so the Job's cells run.")
-    if wait:
-        _wait(wh, job.id)
 
 
 @job_app.command("status")
 def job_status(job_id: Annotated[str | None, typer.Argument()] = None) -> None:
-    """The state of one Job and its cells, or of every Job."""
-    wh = _wh()
+    """The state of one Job and its cells, or of every Job of the Workspace."""
+    wh, _, workspace = _acting()
     if job_id is None:
-        table = Table(title="Jobs")
+        table = Table(title=f"Jobs of Workspace {workspace}")
         for col in ("Job", "Benchmark", "status", "Trials done", "submitted"):
             table.add_column(col)
-        for j in jobs.list_jobs(wh):
+        for j in jobs.list_jobs(wh, workspace):
             total = sum(c.n_trials for c in jobs.cells_of(wh, j.id))
             table.add_row(j.id, j.benchmark_label, j.status, f"{jobs.trials_finished(wh, j.id)}/{total}",
                           f"{j.created_at:%Y-%m-%d %H:%M:%S}")
         console.print(table)
         return
-    job = jobs.get_job(wh, job_id)
-    cells = jobs.cells_of(wh, job_id)
+    job = jobs.get_job(wh, job_id, workspace)
     console.print(f"{job.id} over {job.benchmark_label}: [bold]{job.status}[/]"
                   + (f" ({job.message})" if job.message else ""))
     table = Table()
     for col in ("cell", "status", "Trials", "note"):
         table.add_column(col)
-    for c in cells:
-        label = c.agent if c.model_configuration == "none" else f"{c.agent} / {c.model_configuration}"
-        table.add_row(label, c.status, str(c.n_trials), c.message or "")
+    for c in jobs.cells_of(wh, job_id):
+        table.add_row(c.label, c.status, str(c.n_trials), c.message or "")
     console.print(table)
 
 
 @job_app.command("wait")
 def job_wait(job_id: str) -> None:
     """Follow a Job with a progress bar until it ends, then print its results."""
-    _wait(_wh(), job_id)
+    wh, _, workspace = _acting()
+    _wait(wh, workspace, job_id)
 
 
-def _wait(wh: Warehouse, job_id: str) -> None:
-    total = sum(c.n_trials for c in jobs.cells_of(wh, job_id))
+def _wait(wh: Warehouse, workspace: str, job_id: str) -> None:
+    total = sum(c.n_trials for c in jobs.cells_of(wh, jobs.get_job(wh, job_id, workspace).id))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as progress:
         bar = progress.add_task(f"{job_id} Trials", total=total)
         while True:
-            job = jobs.get_job(wh, job_id)
+            job = jobs.get_job(wh, job_id, workspace)
             progress.update(bar, completed=jobs.trials_finished(wh, job_id))
-            if job.status in FINAL:
+            if job.status in jobs.FINAL and not any(c.status == "running" for c in jobs.cells_of(wh, job_id)):
                 break
             time.sleep(1)
     if job.status != "completed":
         console.print(f"{job_id} ended {job.status}" + (f": {job.message}" if job.message else "."))
-    _print_results(wh, job_id)
+    _print_results(wh, workspace, job_id)
 
 
 @app.command("results")
 def results(job_id: str, as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Per-cell scores with 95% bootstrap CIs, and paired comparisons, for one Job."""
-    wh = _wh()
-    jobs.get_job(wh, job_id)
+    wh, _, workspace = _acting()
+    jobs.get_job(wh, job_id, workspace)
     if as_json:
         cells = report.cell_results(wh.trial_records(job_id=job_id))
         print(json.dumps({"job": job_id, **report.to_json(cells, report.comparisons(cells))}, indent=2))
     else:
-        _print_results(wh, job_id)
+        _print_results(wh, workspace, job_id)
 
 
-def _print_results(wh: Warehouse, job_id: str) -> None:
-    job = jobs.get_job(wh, job_id)
+def _print_results(wh: Warehouse, workspace: str, job_id: str) -> None:
+    job = jobs.get_job(wh, job_id, workspace)
     cells = report.cell_results(wh.trial_records(job_id=job_id))
     if not cells:
-        raise AmberError(f"{job_id} has no stored Trials yet: follow it with `amber job wait {job_id}`.")
+        console.print(f"{job_id} has no results: no Trial of it ran.")
+        return
     console.print(report.cells_table(cells, f"{job_id} on {job.benchmark_label}"))
     for line in report.comparison_lines(report.comparisons(cells)):
         console.print(line)
@@ -136,10 +217,11 @@ def _print_results(wh: Warehouse, job_id: str) -> None:
 
 @app.command("sql")
 def sql(query: str) -> None:
-    """Run SQL over the warehouse views (trials, rewards, cell_results, jobs, job_cells, benchmark_versions)."""
+    """SQL over the acting Workspace's views (trials, rewards, cell_results, jobs, ledger, ...)."""
     import duckdb
 
-    with _wh().query() as con:
+    wh, _, workspace = _acting()
+    with wh.query(workspace) as con:
         try:
             cursor = con.execute(query)
         except duckdb.Error as e:
@@ -151,6 +233,75 @@ def sql(query: str) -> None:
         table.add_column(col)
     for row in rows:
         table.add_row(*["" if v is None else str(v) for v in row])
+    console.print(table)
+
+
+@workspace_app.command("create")
+def workspace_create(name: str) -> None:
+    """Create a Workspace; you become its first member. Its Wallet starts empty."""
+    wh, actor = _wh(), _actor()
+    workspaces.create(wh, actor, name)
+    console.print(f"Created Workspace {name}; its Wallet is empty until staff add a Credit.")
+
+
+@workspace_app.command("add-member")
+def workspace_add_member(name: str, user: str) -> None:
+    """Add a user to a Workspace you belong to."""
+    workspaces.add_member(_wh(), _actor(), name, user)
+    console.print(f"{user} is a member of {name}.")
+
+
+@workspace_app.command("list")
+def workspace_list() -> None:
+    """The Workspaces you belong to."""
+    actor = _actor()
+    table = Table(title=f"Workspaces of {actor.user}")
+    table.add_column("Workspace")
+    table.add_column("members", justify="right")
+    for name, members in workspaces.list_for(_wh(), actor.user):
+        table.add_row(name, str(members))
+    console.print(table)
+
+
+@workspace_app.command("use")
+def workspace_use(name: str) -> None:
+    """Make a Workspace your default (in your config file)."""
+    wh, actor = _wh(), _actor()
+    workspaces.acting_workspace(wh, identity.Actor(actor.user, name))
+    identity.save_config({"workspace": name})
+    console.print(f"You now act in Workspace {name} by default ({identity.config_path()}).")
+
+
+@credit_app.command("add")
+def credit_add(workspace: Annotated[str, typer.Option(help="The Workspace to credit.")],
+               amount: Annotated[str, typer.Option(help="US dollars, e.g. 100 or 12.50.")],
+               reason: Annotated[str, typer.Option(help="Why (required).")] = "") -> None:
+    """Add a Credit to a Workspace's Wallet (staff only, with a reason)."""
+    entry = wallet.add_credit(_wh(), _actor(), workspace, amount, reason)
+    console.print(f"Credited {wallet.show(entry)} to Workspace {workspace}.")
+
+
+@app.command("wallet")
+def wallet_cmd(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """The Wallet of the acting Workspace: balance, reserved, available, and its ledger."""
+    wh, _, workspace = _acting()
+    state, lines = wallet.read(wh, workspace)
+    if as_json:
+        print(json.dumps(wallet.to_json(state, lines), indent=2))
+        return
+    _print_wallet(state, lines)
+
+
+def _print_wallet(state: wallet.WalletState, lines: list[wallet.Entry], last: int | None = None) -> None:
+    console.print(f"Wallet of {state.workspace}: balance {wallet.show(state.balance)}, reserved "
+                  f"{wallet.show(state.reserved)}, available [bold]{wallet.show(state.available)}[/]")
+    table = Table()
+    for col in ("#", "time", "entry", "amount", "for"):
+        table.add_column(col, justify="right" if col in ("#", "amount") else "left")
+    for e in lines[-last:] if last else lines:
+        target = {"credit": e.reason, "reservation": f"{e.quote_id} of {e.job_id}",
+                  "charge": f"Trial {e.trial_key}", "refund": f"{e.reason} ({e.quote_id})"}[e.kind]
+        table.add_row(str(e.seq), f"{e.at:%Y-%m-%d %H:%M:%S}", e.kind, wallet.show(e.amount), target)
     console.print(table)
 
 
@@ -176,19 +327,28 @@ def daemon_stop() -> None:
 def demo(trials: int = 1) -> None:
     """Run the bundled demo: two replay Model Configurations with oracle and nop as bounds."""
     docker_engine.connect()
-    paths = _paths()
-    started_here = embedded.daemon_pid(paths) is None
-    embedded.start_daemon(paths)
+    wh, actor, workspace = _acting()
+    state, _ = wallet.read(wh, workspace)
+    if state.available < DEMO_CREDIT:
+        wallet.add_credit(wh, actor, workspace, str(DEMO_CREDIT - state.available), "demo credit")
+    state, lines = wallet.read(wh, workspace)
+    console.rule("Wallet before")
+    _print_wallet(state, lines, last=5)
+    started_here = embedded.daemon_pid(wh.paths) is None
+    embedded.start_daemon(wh.paths)
     try:
-        wh = Warehouse(paths)
-        job = jobs.submit(wh, str(DEMO_BENCHMARK), agents.DEFAULT_AGENT, ["replay-strong", "replay-weak"],
-                          trials, bounds=True)
-        console.print(f"Submitted {job.id} over {job.benchmark_label}: terminus-2 with replay-strong and "
-                      "replay-weak (scripted replies, not real models), oracle and nop as bounds.")
-        _wait(wh, job.id)
+        quote, job = quotes.submit(wh, workspace, actor.user, str(DEMO_BENCHMARK), agents.DEFAULT_AGENT,
+                                   ["replay-strong", "replay-weak"], trials, bounds=True, public=True)
+        _print_quote(quote)
+        console.print(f"Started {job.id}: terminus-2 with replay-strong and replay-weak (scripted replies, "
+                      "not real models), oracle and nop as bounds.")
+        _wait(wh, workspace, job.id)
     finally:
         if started_here:
-            embedded.stop_daemon(paths)
+            embedded.stop_daemon(wh.paths)
+    console.rule("Wallet after")
+    state, lines = wallet.read(wh, workspace)
+    _print_wallet(state, lines, last=6)
     console.print(f"\nQuery it: amber sql \"select task_name, model_configuration, reward from trials "
                   f"where job_id = '{job.id}'\"")
 

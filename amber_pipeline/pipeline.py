@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from amber_pipeline import jobs, report, stats
 from amber_pipeline.cells import cell_file_id
+from amber_pipeline.outcomes import Kind
 from amber_pipeline.records import CELL_RESULT_SCHEMA, TASK_REWARD_SCHEMA, TrialRecord, trials_table
 from amber_pipeline.trial_runner import run_cell
 from amber_pipeline.warehouse import Warehouse
@@ -22,9 +23,19 @@ def run_trials(wh: Warehouse, job_id: str, cell_key: str,
                on_trial_done: Callable[[TrialRecord], None] | None = None) -> list[TrialRecord]:
     """Run the Job's Trials of one cell and store them; the cell is marked done or failed."""
     run = jobs.cell_run(wh, job_id, cell_key)
+    if not jobs.is_running(wh, job_id):  # cancelled or at its ceiling before this run began
+        jobs.mark_cell(wh, job_id, cell_key, "cancelled", "the Job stopped before this cell began")
+        return []
     jobs.mark_cell(wh, job_id, cell_key, "running")
+
+    def finished(record: TrialRecord) -> None:
+        if record.outcome == Kind.SCORED:  # Errored and cancelled Trials are not charged
+            jobs.charge_trial(wh, job_id, record.key, record.cost_usd)
+        if on_trial_done is not None:
+            on_trial_done(record)
+
     try:
-        records = run_cell(run, on_trial_done=on_trial_done)
+        records = run_cell(run, on_trial_done=finished, keep_going=lambda: jobs.is_running(wh, job_id))
         wh.write_parquet(trials_table(records), wh.trials_file(run.cell.file_id, job_id))
     except BaseException as exc:
         jobs.mark_cell(wh, job_id, cell_key, "failed", str(exc).splitlines()[0][:300] if str(exc) else None)
@@ -33,31 +44,44 @@ def run_trials(wh: Warehouse, job_id: str, cell_key: str,
     return records
 
 
+def _by_workspace(trials: list[TrialRecord]) -> dict[str, list[TrialRecord]]:
+    grouped: dict[str, list[TrialRecord]] = {}
+    for t in report.results_only(trials):
+        grouped.setdefault(t.workspace, []).append(t)
+    return grouped
+
+
 def write_rewards(wh: Warehouse, cell_key: str) -> pa.Table:
-    """Per-Task Rewards of the cell over all its Trials: scored count, Errored count, mean."""
-    trials = wh.trial_records(cell_key=cell_key)
-    means = stats.per_task_means([t.task_name for t in trials], [None if t.errored else t.reward for t in trials])
-    rows = []
-    for task in sorted({t.task_name for t in trials}):
-        of_task = [t for t in trials if t.task_name == task]
-        rows.append({"cell_key": cell_key, "task_name": task, "n_trials": len(of_task),
-                     "n_errored": sum(t.errored for t in of_task), "mean_reward": means.get(task)})
-    table = pa.Table.from_pylist(rows, schema=TASK_REWARD_SCHEMA)
-    wh.write_parquet(table, wh.rewards_file(cell_file_id(cell_key)))
-    return table
+    """Per-Task Rewards of the cell, per Workspace, over all its Trials: Trials, Errored, mean Reward.
+
+    A cell can be run by several Workspaces (a public Benchmark); each sees only
+    what its own Trials say, so each gets its own file.
+    """
+    tables = []
+    for workspace, trials in _by_workspace(wh.trial_records(cell_key=cell_key)).items():
+        means = stats.per_task_means([t.task_name for t in trials], [t.reward for t in trials])
+        rows = []
+        for task in sorted({t.task_name for t in trials}):
+            of_task = [t for t in trials if t.task_name == task]
+            rows.append({"workspace": workspace, "cell_key": cell_key, "task_name": task, "n_trials": len(of_task),
+                         "n_errored": sum(t.errored for t in of_task), "mean_reward": means.get(task)})
+        table = pa.Table.from_pylist(rows, schema=TASK_REWARD_SCHEMA)
+        wh.write_parquet(table, wh.rewards_file(cell_file_id(cell_key), workspace))
+        tables.append(table)
+    return pa.concat_tables(tables) if tables else TASK_REWARD_SCHEMA.empty_table()
 
 
-def write_aggregates(wh: Warehouse, cell_key: str) -> report.CellResult | None:
-    """The cell's score over all its Trials, with its bootstrap interval."""
-    trials = wh.trial_records(cell_key=cell_key)
-    if not trials:
-        return None
-    result = report.cell_result(trials)
-    row = {"cell_key": cell_key, "benchmark_version_id": trials[0].benchmark_version_id,
-           "agent": result.agent, "model_configuration": result.model_configuration,
-           "n_tasks": result.n_tasks, "n_trials": result.n_trials, "mean_reward": result.score.mean,
-           "ci_low": result.score.ci95.low, "ci_high": result.score.ci95.high, "cost_usd": result.cost_usd,
-           "mean_duration_sec": result.mean_duration_sec, "errored": result.errored}
-    wh.write_parquet(pa.Table.from_pylist([row], schema=CELL_RESULT_SCHEMA),
-                     wh.aggregates_file(cell_file_id(cell_key)))
-    return result
+def write_aggregates(wh: Warehouse, cell_key: str) -> list[tuple[str, report.CellResult]]:
+    """The cell's score per Workspace over all its Trials, with its bootstrap interval."""
+    results = []
+    for workspace, trials in _by_workspace(wh.trial_records(cell_key=cell_key)).items():
+        result = report.cell_result(trials)
+        row = {"workspace": workspace, "cell_key": cell_key, "benchmark_version_id": trials[0].benchmark_version_id,
+               "agent": result.agent, "model_configuration": result.model_configuration,
+               "n_tasks": result.n_tasks, "n_trials": result.n_trials, "mean_reward": result.score.mean,
+               "ci_low": result.score.ci95.low, "ci_high": result.score.ci95.high, "cost_usd": result.cost_usd,
+               "mean_duration_sec": result.mean_duration_sec, "errored": result.errored}
+        wh.write_parquet(pa.Table.from_pylist([row], schema=CELL_RESULT_SCHEMA),
+                         wh.aggregates_file(cell_file_id(cell_key), workspace))
+        results.append((workspace, result))
+    return results

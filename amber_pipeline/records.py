@@ -11,13 +11,16 @@ from datetime import datetime
 import pyarrow as pa
 from pydantic import BaseModel
 
-SCHEMA_VERSION = 1
+from amber_pipeline.cells import cell_file_id
+
+SCHEMA_VERSION = 2
 
 
 class TrialRecord(BaseModel):
     """One Trial: one attempt of one Agent x Model Configuration at one Task, within a Job."""
 
     schema_version: int = SCHEMA_VERSION
+    workspace: str
     job_id: str
     cell_key: str
     benchmark_version_id: str
@@ -27,8 +30,10 @@ class TrialRecord(BaseModel):
     agent: str
     agent_version: str
     model_configuration: str
-    reward: float | None  # None when Errored
+    outcome: str  # scored | errored | cancelled (outcomes.Kind)
+    reward: float | None  # None unless scored
     errored: bool
+    retries: int  # Errored attempts retried before this one
     error_type: str | None
     error_message: str | None  # one line, no traceback
     input_tokens: int
@@ -40,9 +45,15 @@ class TrialRecord(BaseModel):
     image_id: str | None
     trial_dir: str
 
+    @property
+    def key(self) -> str:
+        """The Trial attempt's identity, which keys its charge: Job, cell, Task, attempt."""
+        return f"{self.job_id}/{cell_file_id(self.cell_key)}/{self.task_name}/{self.attempt}"
+
 
 TRIAL_SCHEMA = pa.schema([
     ("schema_version", pa.int32()),
+    ("workspace", pa.string()),
     ("job_id", pa.string()),
     ("cell_key", pa.string()),
     ("benchmark_version_id", pa.string()),
@@ -52,8 +63,10 @@ TRIAL_SCHEMA = pa.schema([
     ("agent", pa.string()),
     ("agent_version", pa.string()),
     ("model_configuration", pa.string()),
+    ("outcome", pa.string()),
     ("reward", pa.float64()),
     ("errored", pa.bool_()),
+    ("retries", pa.int32()),
     ("error_type", pa.string()),
     ("error_message", pa.string()),
     ("input_tokens", pa.int64()),
@@ -67,6 +80,7 @@ TRIAL_SCHEMA = pa.schema([
 ])
 
 TASK_REWARD_SCHEMA = pa.schema([
+    ("workspace", pa.string()),
     ("cell_key", pa.string()),
     ("task_name", pa.string()),
     ("n_trials", pa.int64()),
@@ -75,6 +89,7 @@ TASK_REWARD_SCHEMA = pa.schema([
 ])
 
 CELL_RESULT_SCHEMA = pa.schema([
+    ("workspace", pa.string()),
     ("cell_key", pa.string()),
     ("benchmark_version_id", pa.string()),
     ("agent", pa.string()),

@@ -47,11 +47,15 @@ class Comparison:
     difference: stats.PairedDifference
 
 
+def results_only(trials: Iterable[TrialRecord]) -> list[TrialRecord]:
+    """Trials that are results: scored or Errored. A Trial cancelled with its Job is neither."""
+    return [t for t in trials if t.outcome != "cancelled"]
+
+
 def cell_result(trials: list[TrialRecord]) -> CellResult:
-    """Aggregate the Trials of one cell. Errored Trials count apart, never in the mean."""
+    """Aggregate the Trials of one cell (results only). Errored Trials count apart, never in the mean."""
     first = trials[0]
-    task_means = stats.per_task_means([t.task_name for t in trials],
-                                      [None if t.errored else t.reward for t in trials])
+    task_means = stats.per_task_means([t.task_name for t in trials], [t.reward for t in trials])
     return CellResult(
         cell_key=first.cell_key, agent=first.agent, model_configuration=first.model_configuration,
         n_tasks=len(task_means), n_trials=len(trials), score=stats.cell_score(task_means),
@@ -62,7 +66,7 @@ def cell_result(trials: list[TrialRecord]) -> CellResult:
 
 def cell_results(trials: Iterable[TrialRecord]) -> list[CellResult]:
     by_cell: dict[str, list[TrialRecord]] = {}
-    for t in trials:
+    for t in results_only(trials):
         by_cell.setdefault(t.cell_key, []).append(t)
     results = [cell_result(ts) for ts in by_cell.values()]
     return sorted(results, key=lambda r: (-_or_minus_inf(r.score.mean), r.label))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -26,20 +27,39 @@ from amber_pipeline.records import CELL_RESULT_SCHEMA, TASK_REWARD_SCHEMA, TRIAL
 from amber_pipeline.settings import AmberPaths
 
 CATALOG_DDL = """
+create table if not exists workspaces (
+    name varchar primary key, created_by varchar not null, created_at timestamptz not null default now());
+create table if not exists members (
+    workspace varchar not null, user_name varchar not null, primary key (workspace, user_name));
+create table if not exists staff (user_name varchar primary key);
 create table if not exists benchmark_versions (
-    id varchar primary key, name varchar not null, number integer not null, label varchar not null unique,
-    source_path varchar, n_tasks integer not null, created_at timestamptz not null default now());
+    id varchar not null, owner varchar not null, name varchar not null, number integer not null,
+    label varchar not null, source_path varchar, n_tasks integer not null,
+    created_at timestamptz not null default now(), primary key (id, owner), unique (owner, label));
 create sequence if not exists job_seq start 1;
+create sequence if not exists start_seq start 1;
 create table if not exists jobs (
-    id varchar primary key, seq integer not null default nextval('job_seq'),
-    benchmark_version_id varchar not null, trials_per_task integer not null,
-    status varchar not null, created_at timestamptz not null default now(),
-    finished_at timestamptz, message varchar);
+    id varchar primary key, seq integer not null default nextval('job_seq'), workspace varchar not null,
+    submitted_by varchar not null, benchmark_version_id varchar not null, benchmark_owner varchar not null,
+    trials_per_task integer not null, status varchar not null, quote_id varchar, start_seq integer,
+    created_at timestamptz not null default now(), started_at timestamptz, finished_at timestamptz,
+    message varchar);
 create table if not exists job_cells (
     job_id varchar not null, cell_key varchar not null, agent varchar not null,
     model_configuration varchar not null, n_trials integer not null, status varchar not null,
     started_at timestamptz, finished_at timestamptz, message varchar,
     primary key (job_id, cell_key));
+create table if not exists quotes (
+    id varchar primary key, workspace varchar not null, job_id varchar not null,
+    amount decimal(18, 6) not null, created_at timestamptz not null, expires_at timestamptz not null,
+    detail json not null);
+create sequence if not exists ledger_seq start 1;
+create table if not exists ledger (
+    seq bigint primary key default nextval('ledger_seq'), created_at timestamptz not null,
+    workspace varchar not null, kind varchar not null
+        check (kind in ('credit', 'reservation', 'charge', 'refund')),
+    amount decimal(18, 6) not null check (amount >= 0), reason varchar, quote_id varchar, job_id varchar,
+    trial_key varchar, entry_key varchar not null unique);
 """
 
 
@@ -94,11 +114,11 @@ class Warehouse:
     def trials_file(self, cell_file_id: str, job_id: str) -> Path:
         return self.paths.trials / cell_file_id / f"{job_id}.parquet"
 
-    def rewards_file(self, cell_file_id: str) -> Path:
-        return self.paths.rewards / f"{cell_file_id}.parquet"
+    def rewards_file(self, cell_file_id: str, workspace: str) -> Path:
+        return self.paths.rewards / cell_file_id / f"{_file_id(workspace)}.parquet"
 
-    def aggregates_file(self, cell_file_id: str) -> Path:
-        return self.paths.aggregates / f"{cell_file_id}.parquet"
+    def aggregates_file(self, cell_file_id: str, workspace: str) -> Path:
+        return self.paths.aggregates / cell_file_id / f"{_file_id(workspace)}.parquet"
 
     @staticmethod
     def write_parquet(table: pa.Table, path: Path) -> None:
@@ -114,49 +134,68 @@ class Warehouse:
     # ---- SQL -----------------------------------------------------------------
 
     @contextlib.contextmanager
-    def query(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """An in-memory DuckDB with the catalog attached read-only and the documented views."""
+    def query(self, workspace: str | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+        """An in-memory DuckDB with the catalog attached read-only and the documented views.
+
+        With a Workspace, every view shows only what that Workspace may see (its
+        own rows, and public Benchmark Versions); None is Amber's own, unscoped view.
+        """
         with self.read():
             con = duckdb.connect()
             try:
                 con.execute(f"attach '{_sql_str(self.paths.catalog)}' as catalog (read_only)")
-                self._create_views(con)
+                self._create_views(con, workspace)
                 yield con
             finally:
                 con.close()
 
-    def trial_records(self, *, job_id: str | None = None, cell_key: str | None = None) -> list[TrialRecord]:
-        """The stored Trials of a Job, of a cell, or of both."""
-        with self.query() as con:
+    def trial_records(self, *, job_id: str | None = None, cell_key: str | None = None,
+                      workspace: str | None = None) -> list[TrialRecord]:
+        """The stored Trials of a Job, of a cell, or of both (of one Workspace, or of all)."""
+        with self.query(workspace) as con:
             table = con.execute(
                 "select * from trials where (?::varchar is null or job_id = ?) "
                 "and (?::varchar is null or cell_key = ?) order by task_name, attempt",
                 [job_id, job_id, cell_key, cell_key]).fetch_arrow_table()
         return [TrialRecord.model_validate(row) for row in table.to_pylist()]
 
-    def _create_views(self, con: duckdb.DuckDBPyConnection) -> None:
-        for name in ("benchmark_versions", "jobs", "job_cells"):
-            con.execute(f"create view {name} as select * from catalog.main.{name}")
+    def _create_views(self, con: duckdb.DuckDBPyConnection, workspace: str | None) -> None:
+        def of(column: str) -> str:
+            return "true" if workspace is None else f"{column} = '{workspace.replace(chr(39), chr(39) * 2)}'"
+
+        ws = of("workspace")
+        scoped = {
+            "workspaces": of("name"), "members": ws, "jobs": ws, "quotes": ws, "ledger": ws,
+            "job_cells": f"job_id in (select id from catalog.main.jobs where {ws})",
+            "benchmark_versions": f"(owner = 'public' or {of('owner')})",
+        }
+        for name, where in scoped.items():
+            con.execute(f"create view {name} as select * from catalog.main.{name} where {where}")
         sources = {
             "trials": (self.paths.trials, "*/*.parquet", TRIAL_SCHEMA),
-            "rewards": (self.paths.rewards, "*.parquet", TASK_REWARD_SCHEMA),
-            "cell_aggregates": (self.paths.aggregates, "*.parquet", CELL_RESULT_SCHEMA),
+            "rewards": (self.paths.rewards, "*/*.parquet", TASK_REWARD_SCHEMA),
+            "cell_aggregates": (self.paths.aggregates, "*/*.parquet", CELL_RESULT_SCHEMA),
         }
         for name, (folder, pattern, schema) in sources.items():
             if any(folder.glob(pattern)):
-                con.execute(f"create view {name} as select * from read_parquet("
-                            f"'{_sql_str(folder / pattern)}', union_by_name = true)")
+                source = f"read_parquet('{_sql_str(folder / pattern)}', union_by_name = true)"
             else:
                 con.register(f"_{name}_empty", schema.empty_table())
-                con.execute(f"create view {name} as select * from _{name}_empty")
+                source = f"_{name}_empty"
+            con.execute(f"create view {name} as select * from {source} where {ws}")
         con.execute("""
             create view cell_results as
             select b.label as benchmark, a.agent, a.model_configuration, a.n_tasks, a.n_trials,
                    a.mean_reward, a.ci_low, a.ci_high, a.cost_usd, a.mean_duration_sec, a.errored,
                    a.cell_key
             from cell_aggregates a
-            left join benchmark_versions b on b.id = a.benchmark_version_id
+            left join (select distinct on (id) id, label from benchmark_versions order by id, owner = 'public')
+              b on b.id = a.benchmark_version_id
             order by benchmark, a.mean_reward desc""")
+
+
+def _file_id(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _sql_str(path: Path) -> str:

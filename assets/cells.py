@@ -9,7 +9,7 @@ recomputes the cell's Rewards and score over all its stored Trials.
 
 import dagster as dg
 
-from amber_pipeline import pipeline, report
+from amber_pipeline import pipeline
 from assets.resources import WarehouseResource
 
 JOB_TAG = "amber/job"
@@ -55,18 +55,21 @@ def rewards(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> 
 def cell_aggregates(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
     """The cell's score: mean Reward averaged per Task, then across Tasks, with a 95% bootstrap confidence
     interval resampled over Tasks (10,000 seeded resamples); its total cost, mean Trial duration and the
-    number of Errored Trials, shown apart."""
-    result = pipeline.write_aggregates(warehouse.get(), context.partition_key)
-    if result is None:
-        return dg.MaterializeResult(metadata={"tasks": 0})
-    table = report.to_json([result], [])["cells"][0]
-    return dg.MaterializeResult(metadata={
-        "cell": result.label, "tasks": result.n_tasks, "trials": result.n_trials,
-        "mean_reward": dg.MetadataValue.float(float(result.score.mean)),
-        "ci95": f"[{table['ci95'][0]}, {table['ci95'][1]}]",
-        "cost_usd": dg.MetadataValue.float(round(result.cost_usd, 6)),
-        "mean_duration_sec": dg.MetadataValue.float(round(result.mean_duration_sec, 2)),
-        "errored": result.errored})
+    number of Errored Trials, shown apart. One score per Workspace that ran the cell."""
+    results = pipeline.write_aggregates(warehouse.get(), context.partition_key)
+    md = "| Workspace | cell | Tasks | Trials | mean Reward | 95% CI | cost (USD) | mean duration | Errored |\n"
+    md += "|---|---|---|---|---|---|---|---|---|\n"
+    for workspace, r in results:
+        md += (f"| {workspace} | {r.label} | {r.n_tasks} | {r.n_trials} | {r.score.mean:.3f} | "
+               f"[{r.score.ci95.low:.3f}, {r.score.ci95.high:.3f}] | {r.cost_usd:.4f} | "
+               f"{r.mean_duration_sec:.1f} s | {r.errored} |\n")
+    metadata: dict[str, dg.RawMetadataValue] = {"workspaces": len(results), "cell_results": dg.MetadataValue.md(md)}
+    if len(results) == 1:
+        r = results[0][1]
+        metadata |= {"mean_reward": dg.MetadataValue.float(float(r.score.mean)),
+                     "ci95": f"[{r.score.ci95.low:.3f}, {r.score.ci95.high:.3f}]",
+                     "errored": r.errored}
+    return dg.MaterializeResult(metadata=metadata)
 
 
 cell_job = dg.define_asset_job(

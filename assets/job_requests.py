@@ -1,18 +1,22 @@
 """Launching an Amber Job from the Dagster UI.
 
-`submit_job` takes a Job request as its run config (Benchmark, Agent, Model
-Configurations, Trials per Task) and records it exactly as `amber job submit`
-does; `job_request_sensor` then starts one cell run per cell within seconds.
+`submit_job` takes a Job request as its run config (Workspace, Benchmark,
+Agent, Model Configurations, Trials per Task) and quotes and starts it
+exactly as `amber job submit` does, as the user running the UI: the Quote is
+reserved from the Workspace's Wallet. `job_request_sensor` then starts one
+cell run per cell within seconds.
 """
 
 
 import dagster as dg
 
-from amber_pipeline import jobs
+from amber_pipeline import identity, quotes, workspaces
+from amber_pipeline.identity import DEFAULT_WORKSPACE
 from assets.resources import WarehouseResource
 
 
 class JobRequest(dg.Config):
+    workspace: str = DEFAULT_WORKSPACE
     benchmark: str = "examples/demo-bench"
     agent: str = "terminus-2"
     model_configurations: list[str] = ["replay-strong", "replay-weak"]
@@ -22,9 +26,13 @@ class JobRequest(dg.Config):
 
 @dg.op(description="Record the Job request; the sensor turns it into one run per cell.")
 def record_job_request(context: dg.OpExecutionContext, config: JobRequest, warehouse: WarehouseResource) -> str:
-    job = jobs.submit(warehouse.get(), config.benchmark, config.agent, config.model_configurations,
-                      config.trials_per_task, bounds=config.bounds)
-    context.add_output_metadata({"job": job.id, "benchmark": job.benchmark_label})
+    wh = warehouse.get()
+    actor = identity.resolve(None, config.workspace)
+    workspace = workspaces.acting_workspace(wh, actor)
+    quote, job = quotes.submit(wh, workspace, actor.user, config.benchmark, config.agent,
+                               config.model_configurations, config.trials_per_task, bounds=config.bounds)
+    context.add_output_metadata({"job": job.id, "benchmark": job.benchmark_label, "quote": quote.id,
+                                 "reserved_usd": float(quote.amount)})
     context.log.info(f"Submitted {job.id} over {job.benchmark_label}")
     return job.id
 

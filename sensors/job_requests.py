@@ -1,6 +1,7 @@
 """job_request_sensor: new Jobs become cell partitions and one run per cell.
 
-The cursor is the sequence number of the last Job seen; run keys are
+The cursor is the start sequence of the last Job seen (Jobs are numbered as
+they start, not as they are quoted); run keys are
 `<job>:<cell file id>`, so a replayed tick or a reset cursor never starts a
 cell run twice. The catalog is read under Amber's shared lock, so a tick waits
 for a writer instead of failing on DuckDB's file lock.
@@ -21,7 +22,7 @@ def job_request_sensor(context: dg.SensorEvaluationContext, warehouse: Warehouse
     after = int(context.cursor or 0)
     requests = jobs.new_cell_requests(warehouse.get(), after)
     if not requests:
-        return dg.SkipReason(f"No Job submitted after Job #{after}.")
+        return dg.SkipReason(f"No Job started after start #{after}.")
     known = set(context.instance.get_dynamic_partitions(CELLS))
     new_keys = sorted({key for _, _, key in requests} - known)
     return dg.SensorResult(

@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import submit
 
-from amber_pipeline import jobs, pipeline
+from amber_pipeline import jobs, pipeline, wallet
 from amber_pipeline.settings import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse import Warehouse
 
@@ -64,13 +65,13 @@ def test_bad_task_toml(tmp_path: Path) -> None:
 def test_trials_outside_one_to_ten(tmp_path: Path, trials: str) -> None:
     r = amber(tmp_path / "home", "job", "submit", str(DEMO), "--agent", "nop", "--trials", trials)
     assert_one_sentence(r, "Trials per Task must be from 1 to 10", trials)
-    assert jobs.list_jobs(Warehouse(AmberPaths(tmp_path / "home"))) == []
+    assert jobs.list_jobs(Warehouse(AmberPaths(tmp_path / "home")), "default") == []
 
 
 def test_unknown_model_configuration(tmp_path: Path) -> None:
     r = amber(tmp_path / "home", "job", "submit", str(DEMO), "--model", "gpt-99")
     assert_one_sentence(r, "Unknown Model Configuration 'gpt-99'", "replay-strong")
-    assert jobs.list_jobs(Warehouse(AmberPaths(tmp_path / "home"))) == []
+    assert jobs.list_jobs(Warehouse(AmberPaths(tmp_path / "home")), "default") == []
 
 
 def test_docker_engine_down(tmp_path: Path) -> None:
@@ -84,29 +85,45 @@ def test_unknown_job_and_bad_sql(tmp_path: Path) -> None:
     assert_one_sentence(amber(tmp_path / "home", "sql", "select * from no_such_view"), "The query failed")
 
 
-@pytest.mark.docker
-def test_a_task_that_does_not_build_is_errored_and_the_others_go_on(tmp_path: Path) -> None:
+def bench_with_a_broken_task(tmp_path: Path) -> Path:
     bench = one_task_benchmark(tmp_path)
     broken = bench / "broken-env"
     shutil.copytree(DEMO / "count-log-errors", broken)
     (broken / "environment" / "Dockerfile").write_text("FROM amber-base:bookworm\nRUN false\n")
+    return bench
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("public", [True, False], ids=["public", "private"])
+def test_a_task_that_does_not_build_and_the_others_go_on(tmp_path: Path, public: bool) -> None:
+    """Public Benchmark: Errored after two retries, not charged. Private: the Task's own failure, Reward 0."""
     wh = Warehouse(AmberPaths(tmp_path / "home"))
-    job = jobs.submit(wh, str(bench), "oracle", [], 1)
+    job = submit(wh, str(bench_with_a_broken_task(tmp_path)), "oracle", [], 1, public=public)
     [cell] = jobs.cells_of(wh, job.id)
     records = {r.task_name: r for r in pipeline.run_trials(wh, job.id, cell.cell_key)}
-    assert records["ini-port-change"].reward == 1.0 and not records["ini-port-change"].errored
-    assert records["broken-env"].errored and records["broken-env"].reward is None
-    assert records["broken-env"].error_type == "SandboxBuildFailedError"
-    assert "\n" not in (records["broken-env"].error_message or "")
-    assert jobs.get_job(wh, job.id).status == "completed"
+    good, broken = records["ini-port-change"], records["broken-env"]
+    assert good.reward == 1.0 and good.outcome == "scored"
+    assert broken.error_type == "SandboxBuildFailedError"
+    assert "\n" not in (broken.error_message or "")
+    if public:
+        assert broken.outcome == "errored" and broken.reward is None and broken.retries == 2
+    else:
+        assert broken.outcome == "scored" and broken.reward == 0.0 and broken.retries == 0
+    assert jobs.get_job(wh, job.id, None).status == "completed"
     assert len(wh.trial_records(job_id=job.id)) == 2
+    with wh.read() as con:
+        charged_keys = {e.trial_key for e in wallet.entries(con, "default") if e.kind == "charge"}
+        reserved, charged, refunded = wallet.quote_totals(con, job.quote_id)
+    assert (broken.key in charged_keys) is (not public)
+    assert good.key in charged_keys
+    assert reserved == charged + refunded
 
 
 @pytest.mark.docker
 def test_results_and_sql_over_a_finished_job(tmp_path: Path) -> None:
     home = tmp_path / "home"
     wh = Warehouse(AmberPaths(home))
-    job = jobs.submit(wh, str(one_task_benchmark(tmp_path)), "oracle", [], 2, bounds=True)
+    job = submit(wh, str(one_task_benchmark(tmp_path)), "oracle", [], 2, bounds=True)
     for cell in jobs.cells_of(wh, job.id):
         pipeline.run_trials(wh, job.id, cell.cell_key)
         pipeline.write_rewards(wh, cell.cell_key)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from helpers import submit
 
 from amber_pipeline import jobs
 from amber_pipeline.cells import cell_file_id
@@ -99,7 +100,7 @@ def test_sensor_turns_new_jobs_into_cell_runs(warehouse: Warehouse, instance: dg
     assert isinstance(result, dg.SkipReason)
     assert ctx.cursor is None
 
-    job = jobs.submit(warehouse, str(DEMO_BENCH), "oracle", [], 1, bounds=True)
+    job = submit(warehouse, str(DEMO_BENCH), "oracle", [], 1, bounds=True)
     keys = sorted(c.cell_key for c in jobs.cells_of(warehouse, job.id))
     assert len(keys) >= 2  # oracle and nop (oracle is its own upper bound)
 
@@ -133,7 +134,7 @@ def test_sensor_turns_new_jobs_into_cell_runs(warehouse: Warehouse, instance: dg
     assert data.cursor == str(job.seq)  # unchanged
 
     # A second Job over the same cells: new runs (new run keys), no partition adds.
-    job2 = jobs.submit(warehouse, str(DEMO_BENCH), "oracle", [], 1, bounds=True)
+    job2 = submit(warehouse, str(DEMO_BENCH), "oracle", [], 1, bounds=True)
     assert sorted(c.cell_key for c in jobs.cells_of(warehouse, job2.id)) == keys
     result = job_request_sensor(sensor_context(instance, str(job.seq)))
     assert isinstance(result, dg.SensorResult)
@@ -154,7 +155,7 @@ def test_sensor_turns_new_jobs_into_cell_runs(warehouse: Warehouse, instance: dg
 def test_cell_runs_for_real(tmp_path: Path, warehouse: Warehouse, instance: dg.DagsterInstance) -> None:
     bench = small_bench(tmp_path)
     expected = {"nop": 0.0, "oracle": 1.0}
-    submitted = {agent: jobs.submit(warehouse, str(bench), agent, [], 1, bounds=False) for agent in expected}
+    submitted = {agent: submit(warehouse, str(bench), agent, [], 1, bounds=False) for agent in expected}
 
     for agent, job in submitted.items():
         [cell] = jobs.cells_of(warehouse, job.id)
@@ -167,8 +168,8 @@ def test_cell_runs_for_real(tmp_path: Path, warehouse: Warehouse, instance: dg.D
         fid = cell_file_id(cell.cell_key)
         assert warehouse.trials_file(fid, job.id).is_file()
         assert warehouse.trials_file(fid, job.id) == warehouse.paths.trials / fid / f"{job.id}.parquet"
-        assert warehouse.rewards_file(fid).is_file()
-        assert warehouse.aggregates_file(fid).is_file()
+        assert warehouse.rewards_file(fid, "default").is_file()
+        assert warehouse.aggregates_file(fid, "default").is_file()
 
         with warehouse.query() as con:
             assert con.execute("select count(*) from trials where job_id = ?", [job.id]).fetchone()[0] == 2
@@ -177,14 +178,15 @@ def test_cell_runs_for_real(tmp_path: Path, warehouse: Warehouse, instance: dg.D
             mean, n_trials = con.execute("select mean_reward, n_trials from cell_results where cell_key = ?",
                                          [cell.cell_key]).fetchone()
         assert (mean, n_trials) == (expected[agent], 2), agent
-        assert jobs.get_job(warehouse, job.id).status == "completed"
+        assert jobs.get_job(warehouse, job.id, None).status == "completed"
         assert [c.status for c in jobs.cells_of(warehouse, job.id)] == ["done"]
 
         [mat] = [m for m in result.get_asset_materialization_events()
                  if m.asset_key == cell_aggregates.key]
         metadata = mat.materialization.metadata
         assert metadata["mean_reward"].value == pytest.approx(expected[agent])
-        assert metadata["trials"].value == 2
+        assert metadata["workspaces"].value == 1
+        assert "| default |" in metadata["cell_results"].value
 
     with warehouse.query() as con:
         assert con.execute("select count(*) from trials").fetchone()[0] == 4
@@ -194,7 +196,7 @@ def test_cell_runs_for_real(tmp_path: Path, warehouse: Warehouse, instance: dg.D
 # ---- 4. a cell run without a Job -----------------------------------------------------------------------------
 
 def test_cell_run_without_job_tag_fails_with_advice(warehouse: Warehouse, instance: dg.DagsterInstance) -> None:
-    job = jobs.submit(warehouse, str(DEMO_BENCH), "nop", [], 1, bounds=False)
+    job = submit(warehouse, str(DEMO_BENCH), "nop", [], 1, bounds=False)
     [cell] = jobs.cells_of(warehouse, job.id)
     instance.add_dynamic_partitions("cells", [cell.cell_key])
     result = defs.resolve_job_def("cell_job").execute_in_process(
@@ -204,14 +206,15 @@ def test_cell_run_without_job_tag_fails_with_advice(warehouse: Warehouse, instan
     assert failure.step_key == "trials"
     message = failure.step_failure_data.error.message
     assert "names no Job: submit Jobs with `amber job submit` or the submit_job job." in message
-    assert jobs.get_job(warehouse, job.id).status == "running"  # nothing ran, nothing was marked
+    assert jobs.get_job(warehouse, job.id, None).status == "running"  # nothing ran, nothing was marked
 
 
 # ---- 5. warehouse locking across processes -------------------------------------------------------------------
 
 LOCK_WORKER = textwrap.dedent("""
     import json, sys, time
-    from amber_pipeline import jobs
+    from amber_pipeline import jobs, quotes
+    from amber_pipeline.identity import local_user
     from amber_pipeline.settings import AmberPaths
     from amber_pipeline.warehouse import Warehouse
 
@@ -222,7 +225,7 @@ LOCK_WORKER = textwrap.dedent("""
     counts = {"submitted": 0, "queries": 0, "sensor_reads": 0}
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        jobs.submit(wh, bench, "nop", [], 1, bounds=False)
+        quotes.submit(wh, "default", local_user(), bench, "nop", [], 1)
         counts["submitted"] += 1
         with wh.query() as con:
             con.execute("select count(*) from jobs j join job_cells c on c.job_id = j.id").fetchone()
@@ -236,7 +239,7 @@ LOCK_WORKER = textwrap.dedent("""
 
 def test_warehouse_locking_never_fails_across_processes(tmp_path: Path, warehouse: Warehouse) -> None:
     bench = small_bench(tmp_path, TWO_TASKS[:1])
-    jobs.submit(warehouse, str(bench), "nop", [], 1, bounds=False)  # register the Benchmark Version once
+    submit(warehouse, str(bench), "nop", [], 1, bounds=False)  # register the Benchmark Version once
     workers = [subprocess.Popen([sys.executable, "-c", LOCK_WORKER, str(bench), "5"], cwd=PROJECT_ROOT,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True) for _ in range(3)]
@@ -257,7 +260,7 @@ def test_warehouse_locking_never_fails_across_processes(tmp_path: Path, warehous
         counts.append(json.loads(out.strip().splitlines()[-1]))
     submitted = 1 + sum(c["submitted"] for c in counts)
     assert all(c["submitted"] > 0 and c["queries"] > 0 and c["sensor_reads"] > 0 for c in counts), counts
-    assert len(jobs.list_jobs(warehouse)) == submitted
+    assert len(jobs.list_jobs(warehouse, "default")) == submitted
     assert len(jobs.new_cell_requests(warehouse, 0)) == submitted
     with warehouse.query() as con:
         assert con.execute("select count(*) from jobs").fetchone()[0] == submitted

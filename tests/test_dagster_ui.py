@@ -19,8 +19,9 @@ from typing import Any
 
 import httpx
 import pytest
+from helpers import funded
 
-from amber_pipeline import embedded, jobs
+from amber_pipeline import embedded, jobs, wallet
 from amber_pipeline.settings import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse import Warehouse
 
@@ -132,6 +133,7 @@ def test_submit_job_through_graphql_runs_its_cell(dagster_dev: Dagster, tmp_path
 
     dagster_dev.wait("LOADED code location", STARTUP_BUDGET_S - (time.monotonic() - started), amber_loaded)
 
+    funded(Warehouse(AmberPaths.from_env()))  # the Job's Quote is reserved from this Wallet
     bench = tmp_path / "one-task-bench"
     shutil.copytree(PROJECT_ROOT / "examples" / "demo-bench" / "fix-off-by-one", bench / "fix-off-by-one")
     params = {
@@ -154,7 +156,7 @@ def test_submit_job_through_graphql_runs_its_cell(dagster_dev: Dagster, tmp_path
 
     assert dagster_dev.wait("submit_job run end", left(), submit_done) == "SUCCESS"
     wh = Warehouse(AmberPaths.from_env())
-    [job] = jobs.list_jobs(wh)
+    [job] = jobs.list_jobs(wh, "default")
     assert job.benchmark_label == "one-task-bench@1"
     [cell] = jobs.cells_of(wh, job.id)
 
@@ -172,8 +174,11 @@ def test_submit_job_through_graphql_runs_its_cell(dagster_dev: Dagster, tmp_path
         return status if status in ("SUCCESS", "FAILURE", "CANCELED") else None
 
     assert dagster_dev.wait("cell run end", left(), cell_run_done) == "SUCCESS"
-    job = jobs.get_job(wh, job.id)
+    job = jobs.get_job(wh, job.id, None)
     assert job.status == "completed", job
     with wh.query() as con:
         rows = con.execute("select agent, n_trials, mean_reward from cell_results").fetchall()
     assert rows == [("nop", 1, 0.0)]
+    with wh.read() as con:
+        reserved, charged, refunded = wallet.quote_totals(con, job.quote_id)
+    assert charged > 0 and reserved == charged + refunded

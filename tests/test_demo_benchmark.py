@@ -50,7 +50,7 @@ def test_demo_benchmark_oracle_scores_1_and_nop_0(docker_ready, demo_version, tm
     cell = Cell(benchmark_version_id=bv.id, agent=agent, agent_spec_id=agents.get(agent).spec_id,
                 model_configuration=NO_MODEL)
     run = trial_runner.CellRun(job_id=f"test-demo-{agent}", cell=cell, benchmark=bv, trials_per_task=1,
-                               run_dir=tmp_path / "run")
+                               run_dir=tmp_path / "run", workspace="test")
     records = trial_runner.run_cell(run, concurrency=2)
 
     assert sorted(r.task_name for r in records) == sorted(t.name for t in bv.tasks)

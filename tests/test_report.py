@@ -16,9 +16,10 @@ T0 = datetime(2026, 12, 2, tzinfo=UTC)
 
 def trial(mc: str, task: str, attempt: int, reward: float | None, cost: float = 0.01) -> TrialRecord:
     return TrialRecord(
-        job_id="job-x", cell_key=f"bv=x|agent=terminus-2@1|mc={mc}", benchmark_version_id="x" * 64,
+        workspace="w", job_id="job-x", cell_key=f"bv=x|agent=terminus-2@1|mc={mc}", benchmark_version_id="x" * 64,
         task_name=task, attempt=attempt, trial_name=f"{task}__{attempt}", agent="terminus-2",
-        agent_version="v", model_configuration=mc, reward=reward, errored=reward is None,
+        agent_version="v", model_configuration=mc, outcome="errored" if reward is None else "scored",
+        reward=reward, errored=reward is None, retries=2 if reward is None else 0,
         error_type="SandboxBuildFailedError" if reward is None else None, error_message=None,
         input_tokens=100, output_tokens=10, cost_usd=cost, started_at=T0, finished_at=T0,
         duration_sec=2.0, image_id=None, trial_dir="/x")
@@ -31,6 +32,12 @@ def test_cell_mean_is_per_task_then_across_tasks_and_errored_apart() -> None:
     assert result.score.mean == pytest.approx((2 / 3 + 0.0) / 2)
     assert result.errored == 1 and result.n_trials == 5 and result.n_tasks == 2
     assert result.cost_usd == pytest.approx(0.05)
+
+
+def test_cancelled_trials_are_not_results() -> None:
+    cancelled = trial("a", "t2", 1, None).model_copy(update={"outcome": "cancelled", "errored": False})
+    [result] = report.cell_results([trial("a", "t1", 1, 1.0), cancelled])
+    assert result.n_trials == 1 and result.n_tasks == 1 and result.errored == 0 and result.score.mean == 1.0
 
 
 def test_cell_ci_agrees_with_scipy_bootstrap() -> None:

@@ -387,7 +387,7 @@ def test_unbuildable_task_is_a_sandbox_build_failure_without_reward(tmp_path, tr
     message = info.exception_message
     assert "\n" not in message.strip(), message
     assert "does not build" in message and "broken" in message
-    outcome = outcomes.from_harbor(result)
+    outcome = outcomes.from_harbor(result, private=False)
     assert outcome.reward is None and outcome.errored
     assert outcome.error_type == "SandboxBuildFailedError"
     assert containers_of(f"{name}__env") == []
