@@ -5,11 +5,13 @@ import dagster as dg
 from assets.cells import cell_aggregates, cell_job, rewards, trials
 from assets.job_requests import submit_job
 from assets.resources import WarehouseResource
+from assets.schedules import quote_expiry_job, quote_expiry_schedule
 from sensors.job_requests import job_request_sensor
 
 defs = dg.Definitions(
     assets=[trials, rewards, cell_aggregates],
-    jobs=[cell_job, submit_job],
+    jobs=[cell_job, submit_job, quote_expiry_job],
     sensors=[job_request_sensor],
+    schedules=[quote_expiry_schedule],
     resources={"warehouse": WarehouseResource()},
 )

@@ -141,14 +141,11 @@ EXPIRED = "Quote expired before the Job started"
 
 def expire_due(wh: Warehouse, now: datetime | None = None) -> list[str]:
     """Cancel Jobs whose Quote expired unstarted and release their reservations; idempotent."""
-    now = now or datetime.now(UTC)
-    with wh.read() as con:
-        due = con.execute("""select q.id from quotes q join jobs j on j.id = q.job_id
-                             where j.status = 'quoted' and q.expires_at <= ?""", [now]).fetchall()
-    if not due:
+    expired = due(wh, now or datetime.now(UTC))
+    if not expired:
         return []
     with wh.write() as con:
-        for (quote_id,) in due:
+        for quote_id in expired:
             row = con.execute("select j.id, j.workspace, j.status from quotes q join jobs j on j.id = q.job_id "
                               "where q.id = ?", [quote_id]).fetchone()
             assert row is not None
@@ -156,7 +153,14 @@ def expire_due(wh: Warehouse, now: datetime | None = None) -> list[str]:
             if status == "quoted":
                 jobs.transition(con, job_id, "cancelled", message=EXPIRED, at=now)
                 wallet.release(con, workspace, quote_id, job_id, EXPIRED)
-    return [q for (q,) in due]
+    return expired
+
+
+def due(wh: Warehouse, now: datetime) -> list[str]:
+    """Quotes past their expiry whose Job never started."""
+    with wh.read() as con:
+        return [q for (q,) in con.execute("""select q.id from quotes q join jobs j on j.id = q.job_id
+                                             where j.status = 'quoted' and q.expires_at <= ?""", [now]).fetchall()]
 
 
 

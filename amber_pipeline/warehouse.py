@@ -184,6 +184,15 @@ class Warehouse:
                 source = f"_{name}_empty"
             con.execute(f"create view {name} as select * from {source} where {ws}")
         con.execute("""
+            create view job_spending as
+            select j.id as job_id, j.workspace, j.status, q.id as quote_id,
+                   coalesce(sum(l.amount) filter (where l.kind = 'reservation'), 0) as reserved,
+                   coalesce(sum(l.amount) filter (where l.kind = 'charge'), 0) as charged,
+                   coalesce(sum(l.amount) filter (where l.kind = 'refund'), 0) as refunded,
+                   reserved = charged + refunded as settled
+            from jobs j join quotes q on q.job_id = j.id left join ledger l on l.quote_id = q.id
+            group by all""")
+        con.execute("""
             create view cell_results as
             select b.label as benchmark, a.agent, a.model_configuration, a.n_tasks, a.n_trials,
                    a.mean_reward, a.ci_low, a.ci_high, a.cost_usd, a.mean_duration_sec, a.errored,
