@@ -39,7 +39,7 @@ class ModelConfiguration:
 
 # Replay prices are set to look like a frontier and a small model, so the
 # demo's cost column has the shape a real comparison has.
-_REPLAY_PRICES = {"replay-strong": (3.0, 15.0), "replay-weak": (0.25, 1.25)}
+_REPLAY_PRICES = {"replay-strong": (3.0, 15.0), "replay-weak": (0.25, 1.25), "judge-replay": (0.25, 1.25)}
 
 
 def _replay_configurations() -> dict[str, ModelConfiguration]:

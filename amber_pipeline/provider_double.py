@@ -9,7 +9,9 @@ must be labelled as such: its scores measure the script, not a model.
 
 Task = the one whose stripped instruction occurs in the first user message; turn =
 the number of assistant messages so far; past the end of a script it answers "done"
-(Terminus-2 needs ``task_complete`` twice to finish).
+(Terminus-2 needs ``task_complete`` twice to finish). A scripted reply of the form
+``{"alternatives": [...]}`` answers the k-th call of that turn with the k-th
+alternative (cycling), which is how a replay judge gives several samples.
 
 Server choice: ``http.server.ThreadingHTTPServer`` from the standard library
 rather than uvicorn. The socket is bound in the constructor, so the port is
@@ -100,6 +102,7 @@ class ProviderDouble:
         self._host, self._replays = host, {r.model: r for r in replays}
         self._instructions = {t: i.strip() for t, i in instructions.items() if i.strip()}
         self._served: Counter[str] = Counter()
+        self._calls: Counter[tuple[str, str, int]] = Counter()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         double = self
@@ -179,9 +182,16 @@ class ProviderDouble:
         if not matches:
             msg = f"No scripted Task of replay '{replay.model}' matches the first user message"
             raise _Error(400, msg, "no_scripted_task")
-        script = replay.scripts[max(matches, key=lambda t: len(instrs[t]))]  # most specific
+        task = max(matches, key=lambda t: len(instrs[t]))  # most specific
+        script = replay.scripts[task]
         turn = sum(1 for m in messages if m.get("role") == "assistant")
-        content = json.dumps(script[turn] if turn < len(script) else DONE_REPLY)
+        reply = script[turn] if turn < len(script) else DONE_REPLY
+        if "alternatives" in reply:  # the k-th call of this turn gets the k-th alternative, cycling
+            with self._lock:
+                k = self._calls[(replay.model, task, turn)]
+                self._calls[(replay.model, task, turn)] += 1
+            reply = reply["alternatives"][k % len(reply["alternatives"])]
+        content = json.dumps(reply)
         prompt = _tokens("".join(_text(m.get("content")) for m in messages))
         completion = _tokens(content)
         usage = dict(prompt_tokens=prompt, completion_tokens=completion)

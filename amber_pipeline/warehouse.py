@@ -53,6 +53,9 @@ create table if not exists quotes (
     id varchar primary key, workspace varchar not null, job_id varchar not null,
     amount decimal(18, 6) not null, created_at timestamptz not null, expires_at timestamptz not null,
     detail json not null);
+create table if not exists transcript_expiries (
+    trial_dir varchar not null, finished_at timestamptz not null, expired_at timestamptz not null,
+    bytes_freed bigint not null);
 create sequence if not exists ledger_seq start 1;
 create table if not exists ledger (
     seq bigint primary key default nextval('ledger_seq'), created_at timestamptz not null,
