@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from datetime import UTC
 from decimal import Decimal
 from typing import Annotated
 
@@ -135,7 +136,7 @@ def _print_quote(quote: quotes.Quote) -> None:
                       wallet.show(Decimal(c.total)), c.basis)
     console.print(table)
     console.print(f"Reserved {wallet.show(quote.amount)} from Workspace {quote.workspace}'s Wallet as the Job's "
-                  f"spending ceiling; the Quote expires at {quote.expires_at:%Y-%m-%d %H:%M:%S %Z}.")
+                  f"spending ceiling; the Quote expires at {quote.expires_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC.")
 
 
 def _warn_without_daemon(wh: Warehouse) -> None:

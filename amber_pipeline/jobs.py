@@ -248,11 +248,27 @@ def is_running(wh: Warehouse, job_id: str) -> bool:
         return _scalar(con, "select status from jobs where id = ?", [job_id]) == "running"
 
 
-def mark_cell(wh: Warehouse, job_id: str, cell_key: str, status: str, message: str | None = None) -> None:
-    """Record a cell's progress; when the last cell stops, end the Job and refund what it did not spend."""
-    stamp = "started_at" if status == "running" else "finished_at"
+def start_cell(wh: Warehouse, job_id: str, cell_key: str) -> bool:
+    """Mark a cell running, in one step with the check that its Job still runs and the cell was not stopped."""
     with wh.write() as con:
-        con.execute(f"update job_cells set status = ?, message = ?, {stamp} = now() "
+        status = _scalar(con, "select status from jobs where id = ?", [job_id])
+        if status == "running":
+            updated = con.execute("update job_cells set status = 'running', started_at = now() "
+                                  "where job_id = ? and cell_key = ? and status in ('pending', 'running') "
+                                  "returning 1", [job_id, cell_key]).fetchall()
+            if updated:
+                return True
+        con.execute("update job_cells set status = 'cancelled', finished_at = now(), message = ? "
+                    "where job_id = ? and cell_key = ? and status in ('pending', 'running')",
+                    ["the Job stopped before this cell began", job_id, cell_key])
+        _end_if_idle(con, job_id)
+        return False
+
+
+def mark_cell(wh: Warehouse, job_id: str, cell_key: str, status: str, message: str | None = None) -> None:
+    """Record that a cell stopped (done or failed); when the last cell stops, end the Job and refund the rest."""
+    with wh.write() as con:
+        con.execute("update job_cells set status = ?, message = ?, finished_at = now() "
                     "where job_id = ? and cell_key = ?", [status, message, job_id, cell_key])
         _end_if_idle(con, job_id)
 

@@ -23,10 +23,8 @@ def run_trials(wh: Warehouse, job_id: str, cell_key: str,
                on_trial_done: Callable[[TrialRecord], None] | None = None) -> list[TrialRecord]:
     """Run the Job's Trials of one cell and store them; the cell is marked done or failed."""
     run = jobs.cell_run(wh, job_id, cell_key)
-    if not jobs.is_running(wh, job_id):  # cancelled or at its ceiling before this run began
-        jobs.mark_cell(wh, job_id, cell_key, "cancelled", "the Job stopped before this cell began")
+    if not jobs.start_cell(wh, job_id, cell_key):  # cancelled or at its ceiling before this run began
         return []
-    jobs.mark_cell(wh, job_id, cell_key, "running")
 
     def finished(record: TrialRecord) -> None:
         if record.outcome == Kind.SCORED:  # Errored and cancelled Trials are not charged

@@ -62,9 +62,10 @@ class Quote:
     cells: list[CellQuote]
 
 
-def estimate_cell(wh: Warehouse, cell: Cell, n_tasks: int, trials_per_task: int) -> CellQuote:
-    with wh.query() as con:
-        row = con.execute("select count(*), avg(cost_usd) from trials where cell_key = ? and not errored",
+def estimate_cell(wh: Warehouse, workspace: str, cell: Cell, n_tasks: int, trials_per_task: int) -> CellQuote:
+    """The cell's Quote, from this Workspace's own earlier scored Trials of the cell, else a prior."""
+    with wh.query(workspace) as con:
+        row = con.execute("select count(*), avg(cost_usd) from trials where cell_key = ? and outcome = 'scored'",
                           [cell.key]).fetchone()
     assert row is not None
     measured, mean = row
@@ -94,7 +95,7 @@ def create(wh: Warehouse, workspace: str, user: str, benchmark_ref: str, agent: 
     expire_due(wh, now)
     version, owner, label = jobs.resolve_benchmark(wh, benchmark_ref, workspace, user, public=public)
     cells = jobs.plan_cells(version, agent, models, bounds)
-    cell_quotes = [estimate_cell(wh, c, len(version.tasks), trials_per_task) for c in cells]
+    cell_quotes = [estimate_cell(wh, workspace, c, len(version.tasks), trials_per_task) for c in cells]
     amount = sum((Decimal(c.total) for c in cell_quotes), Decimal(0))
     quote_id = f"quote-{uuid.uuid4().hex[:10]}"
     expires = now + LIFETIME
@@ -129,8 +130,8 @@ def start(wh: Warehouse, workspace: str, quote_or_job_id: str, now: datetime | N
     quote = get(wh, workspace, quote_or_job_id)
     job = jobs.get_job(wh, quote.job_id, workspace)
     if job.status == "cancelled" and job.message == EXPIRED:
-        raise AmberError(f"Quote {quote.id} expired at {quote.expires_at:%H:%M:%S UTC}: make a new one with "
-                         "`amber job quote`.")
+        raise AmberError(f"Quote {quote.id} expired at {quote.expires_at.astimezone(UTC):%H:%M:%S UTC}: "
+                         "make a new one with `amber job quote`.")
     with wh.write() as con:
         jobs.transition(con, job.id, "running", at=now)
     return jobs.get_job(wh, job.id, workspace)

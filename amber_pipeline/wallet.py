@@ -145,6 +145,8 @@ def charge(con: duckdb.DuckDBPyConnection, workspace: str, quote_id: str, job_id
            cost: Decimal) -> Charge:
     """Charge one Trial attempt, once, and never past its Quote: the Job's ceiling."""
     remaining = quote_remaining(con, quote_id)
+    if cost <= 0:  # nothing spent: no entry, and no ceiling unless it was reached before
+        return Charge(Decimal(0), ceiling_reached=remaining <= 0)
     amount = min(cost, remaining)
     if amount <= 0:
         return Charge(Decimal(0), ceiling_reached=True)

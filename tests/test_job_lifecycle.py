@@ -1,0 +1,448 @@
+"""The life of a Job and its money: states, Quotes, expiry, estimates, cancel, ceiling, and the CLI.
+
+Everything is real: a DuckDB warehouse in a temporary AMBER_HOME, Docker sandboxes for the Trials,
+a Dagster test instance for the expiry schedule, and the `amber` CLI as a subprocess. Time is
+injected (`now=`) where the rule is about time; nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from helpers import funded
+
+from amber_pipeline import agents, docker_engine, jobs, pipeline, quotes, wallet
+from amber_pipeline.cells import NO_MODEL, Cell
+from amber_pipeline.errors import AmberError
+from amber_pipeline.identity import DEFAULT_WORKSPACE, local_user
+from amber_pipeline.records import TrialRecord
+from amber_pipeline.sandbox import SANDBOX_LABEL
+from amber_pipeline.settings import PROJECT_ROOT, AmberPaths
+from amber_pipeline.trial_runner import SANDBOX_USD_PER_HOUR
+from amber_pipeline.warehouse import Warehouse
+from assets.resources import WarehouseResource
+
+DEMO = PROJECT_ROOT / "examples" / "demo-bench"
+AMBER = [sys.executable, "-m", "amber_pipeline.cli"]
+STATES = ("quoted", "running", "completed", "cancelled", "ceiling_reached", "failed")
+LEGAL = {("quoted", "running"), ("quoted", "cancelled"), ("running", "completed"), ("running", "cancelled"),
+         ("running", "ceiling_reached"), ("running", "failed")}
+T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def amber_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "amber"
+    monkeypatch.setenv("AMBER_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def wh(amber_home: Path) -> Warehouse:
+    return Warehouse(AmberPaths.from_env())
+
+
+def bench(tmp_path: Path, name: str, tasks: dict[str, str], sleeps: dict[str, int] | None = None) -> Path:
+    """A Benchmark folder of copied demo Tasks ({new name: demo Task}); a sleep delays a Task's oracle."""
+    root = tmp_path / name
+    for new, demo in tasks.items():
+        shutil.copytree(DEMO / demo, root / new)
+        seconds = (sleeps or {}).get(new)
+        if seconds:
+            solve = root / new / "solution" / "solve.sh"
+            lines = solve.read_text().splitlines()
+            solve.write_text("\n".join([lines[0], f"sleep {seconds}", *lines[1:]]) + "\n")
+            toml = root / new / "task.toml"
+            toml.write_text(toml.read_text().replace("[agent]\ntimeout_sec = 120.0", "[agent]\ntimeout_sec = 300.0"))
+            assert "timeout_sec = 300.0" in toml.read_text()
+    return root
+
+
+def one_sentence(message: str, *fragments: str) -> None:
+    assert "\n" not in message and message.endswith("."), message
+    assert len(re.findall(r"[.!?](?:\s|$)", message.replace("`amber job quote`", ""))) == 1, message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def totals(wh: Warehouse, quote_id: str) -> tuple[Decimal, Decimal, Decimal]:
+    with wh.read() as con:
+        return wallet.quote_totals(con, quote_id)
+
+
+def spending(wh: Warehouse, job_id: str, workspace: str = DEFAULT_WORKSPACE) -> dict:
+    with wh.query(workspace) as con:
+        cur = con.execute("select * from job_spending where job_id = ?", [job_id])
+        columns = [d[0] for d in cur.description]
+        row = cur.fetchone()
+    assert row is not None
+    return dict(zip(columns, row, strict=True))
+
+
+def ledger(wh: Warehouse, workspace: str = DEFAULT_WORKSPACE) -> list[wallet.Entry]:
+    with wh.read() as con:
+        return wallet.entries(con, workspace)
+
+
+def state(wh: Warehouse, workspace: str = DEFAULT_WORKSPACE) -> wallet.WalletState:
+    with wh.read() as con:
+        return wallet.state(con, workspace)
+
+
+def prior_per_trial(wh: Warehouse, agent: str) -> Decimal:
+    """The prior-based cost per Trial (with headroom) of a cell of the Agent that has no Trials yet."""
+    cell = Cell("no-such-version", agent, agents.get(agent).spec_id, NO_MODEL)
+    estimate = quotes.estimate_cell(wh, DEFAULT_WORKSPACE, cell, 1, 1)
+    assert "prior" in estimate.basis
+    return Decimal(estimate.cost_per_trial)
+
+
+# ---- 1. states ---------------------------------------------------------------------------------------------
+
+def job_in(wh: Warehouse, source: Path, status: str) -> str:
+    """A Job brought to a state through legal transitions only."""
+    job_id = quotes.create(wh, DEFAULT_WORKSPACE, local_user(), str(source), "oracle", [], 1).job_id
+    path = {"quoted": [], "running": ["running"], "cancelled": ["cancelled"]}.get(status, ["running", status])
+    for step in path:
+        with wh.write() as con:
+            jobs.transition(con, job_id, step)
+    assert jobs.get_job(wh, job_id, None).status == status
+    return job_id
+
+
+def test_every_transition_over_the_six_states(tmp_path: Path, wh: Warehouse) -> None:
+    funded(wh)
+    source = bench(tmp_path, "one", {"ini-port-change": "ini-port-change"})
+    assert set(jobs.TRANSITIONS) | set(jobs.FINAL) == set(STATES)
+    for a, b in LEGAL:
+        job_id = job_in(wh, source, a)
+        with wh.write() as con:
+            jobs.transition(con, job_id, b)
+        assert jobs.get_job(wh, job_id, None).status == b
+    for a in STATES:
+        job_id = job_in(wh, source, a)  # a refused move changes nothing, so one Job serves every target
+        for b in STATES:
+            if (a, b) in LEGAL:
+                continue
+            with pytest.raises(AmberError) as refused, wh.write() as con:
+                jobs.transition(con, job_id, b)
+            one_sentence(str(refused.value), f"is {a}", f"cannot become {b}", job_id)
+            assert jobs.get_job(wh, job_id, None).status == a
+    assert {(a, b) for a, tos in jobs.TRANSITIONS.items() for b in tos} == LEGAL
+
+
+# ---- 2. a short Wallet ---------------------------------------------------------------------------------------
+
+def test_a_quote_is_refused_with_the_amount_missing(tmp_path: Path, wh: Warehouse) -> None:
+    source = str(bench(tmp_path, "two", {"ini-port-change": "ini-port-change", "fix-off-by-one": "fix-off-by-one"}))
+    funded(wh, "rich", "100")
+    needed = quotes.create(wh, "rich", local_user(), source, "oracle", [], 10).amount
+    credit = Decimal("0.001")
+    assert needed > credit
+    funded(wh, "poor", str(credit))
+    with pytest.raises(AmberError) as refused:
+        quotes.create(wh, "poor", local_user(), source, "oracle", [], 10)
+    one_sentence(str(refused.value), f"has {wallet.show(credit)} available",
+                 f"needs {wallet.show(needed)}", f"{wallet.show(needed - credit)} is missing")
+    assert [e.kind for e in ledger(wh, "poor")] == ["credit"]
+    assert jobs.list_jobs(wh, "poor") == []
+    with wh.read() as con:
+        assert con.execute("select count(*) from quotes where workspace = 'poor'").fetchone() == (0,)
+    assert state(wh, "poor").available == credit
+
+
+# ---- 3. expiry -------------------------------------------------------------------------------------------
+
+def test_an_expired_quote_cannot_start_and_its_reservation_is_refunded(tmp_path: Path, wh: Warehouse) -> None:
+    funded(wh, amount="1")
+    source = str(bench(tmp_path, "one", {"ini-port-change": "ini-port-change"}))
+    fresh = quotes.create(wh, DEFAULT_WORKSPACE, local_user(), source, "oracle", [], 2, now=T0)
+    assert fresh.expires_at == T0 + quotes.LIFETIME == T0 + timedelta(hours=1)
+    assert quotes.start(wh, DEFAULT_WORKSPACE, fresh.id, now=T0 + timedelta(minutes=59)).status == "running"
+    quote = quotes.create(wh, DEFAULT_WORKSPACE, local_user(), source, "oracle", [], 2, now=T0)
+    assert state(wh).reserved == fresh.amount + quote.amount
+    with pytest.raises(AmberError) as refused:
+        quotes.start(wh, DEFAULT_WORKSPACE, quote.id, now=T0 + timedelta(minutes=61))
+    one_sentence(str(refused.value), f"Quote {quote.id} expired", "make a new one")
+    job = jobs.get_job(wh, quote.job_id, DEFAULT_WORKSPACE)
+    assert job.status == "cancelled" and job.message == quotes.EXPIRED
+    refunds = [e for e in ledger(wh) if e.kind == "refund" and e.quote_id == quote.id]
+    assert [e.amount for e in refunds] == [quote.amount]
+    assert totals(wh, quote.id) == (quote.amount, 0, quote.amount)
+    assert spending(wh, quote.job_id)["settled"] is True
+    assert state(wh).available == Decimal(1) - fresh.amount  # the started Job still holds its reservation
+    assert jobs.get_job(wh, fresh.job_id, None).status == "running"  # a started Job never expires
+
+    entries = len(ledger(wh))
+    assert quotes.expire_due(wh, T0 + timedelta(hours=5)) == []
+    assert len(ledger(wh)) == entries
+    with pytest.raises(AmberError):  # and it stays unstartable
+        quotes.start(wh, DEFAULT_WORKSPACE, quote.job_id, now=T0 + timedelta(hours=5))
+    assert len(ledger(wh)) == entries
+
+
+def test_the_expiry_schedule_runs_only_when_a_quote_is_due(tmp_path: Path, wh: Warehouse) -> None:
+    from assets.schedules import quote_expiry_job, quote_expiry_schedule  # here: assets/ imports all schedules
+
+    funded(wh, amount="1")
+    source = str(bench(tmp_path, "one", {"ini-port-change": "ini-port-change"}))
+    now = datetime.now(UTC)
+    resources = {"warehouse": WarehouseResource()}
+    with dg.instance_for_test() as instance:
+        def evaluate(at: datetime):
+            context = dg.build_schedule_context(instance=instance, scheduled_execution_time=at,
+                                                resources=resources)
+            return quote_expiry_schedule(context)
+
+        assert isinstance(evaluate(now), dg.SkipReason)
+        quote = quotes.create(wh, DEFAULT_WORKSPACE, local_user(), source, "oracle", [], 1,
+                              now=now - timedelta(minutes=90))
+        assert isinstance(evaluate(now - timedelta(minutes=45)), dg.SkipReason)  # not yet an hour old
+        request = evaluate(now)
+        assert isinstance(request, dg.RunRequest)
+        assert quotes.due(wh, now) == [quote.id]
+        assert quote_expiry_job.execute_in_process(instance=instance, resources=resources).success
+        assert jobs.get_job(wh, quote.job_id, None).status == "cancelled"
+        assert totals(wh, quote.id) == (quote.amount, 0, quote.amount)
+        assert state(wh).available == Decimal(1)
+        assert isinstance(evaluate(now), dg.SkipReason)
+
+
+def test_the_expiry_sentence_tells_the_time_in_utc(tmp_path: Path, wh: Warehouse, amber_home: Path) -> None:
+    """Whatever the machine's time zone, a time labelled UTC is in UTC."""
+    funded(wh, amount="1")
+    source = str(bench(tmp_path, "one", {"ini-port-change": "ini-port-change"}))
+    quote = quotes.create(wh, DEFAULT_WORKSPACE, local_user(), source, "oracle", [], 1,
+                          now=datetime.now(UTC) - timedelta(hours=2))
+    refused(amber(amber_home, "job", "start", quote.id, env={"TZ": "America/New_York"}),
+            f"Quote {quote.id} expired at {quote.expires_at.astimezone(UTC):%H:%M:%S} UTC")
+
+
+# ---- 4. estimates ------------------------------------------------------------------------------------------
+
+@pytest.mark.docker
+def test_a_quote_uses_the_measured_mean_of_earlier_trials_of_the_cell(tmp_path: Path, wh: Warehouse) -> None:
+    funded(wh)
+    source = str(bench(tmp_path, "two", {"ini-port-change": "ini-port-change", "fix-off-by-one": "fix-off-by-one"}))
+    first = quotes.create(wh, DEFAULT_WORKSPACE, local_user(), source, "oracle", [], 1)
+    [cell] = first.cells
+    assert "prior" in cell.basis and cell.n_tasks == 2 and cell.trials_per_task == 1
+    assert Decimal(cell.total) == Decimal(cell.cost_per_trial) * 2 == first.amount
+    quotes.start(wh, DEFAULT_WORKSPACE, first.id)
+    records = pipeline.run_trials(wh, first.job_id, cell.cell_key)
+    assert [r.outcome for r in records] == ["scored", "scored"]
+
+    second = quotes.create(wh, DEFAULT_WORKSPACE, local_user(), source, "oracle", [], 3)
+    [again] = second.cells
+    assert again.cell_key == cell.cell_key
+    assert again.basis == "measured mean of 2 earlier Trials of this cell"
+    mean = wallet.usd(sum(Decimal(str(r.cost_usd)) for r in records) / 2)
+    assert Decimal(again.cost_per_trial) == wallet.usd(mean * Decimal("1.25"))
+    assert Decimal(again.total) == Decimal(again.cost_per_trial) * 2 * 3 == second.amount
+    assert totals(wh, first.id)[0] == totals(wh, first.id)[1] + totals(wh, first.id)[2]
+
+
+# ---- 5. cancel while running -----------------------------------------------------------------------------
+
+class Background:
+    """pipeline.run_trials in a thread, keeping its result or exception."""
+
+    def __init__(self, wh: Warehouse, job_id: str, cell_key: str):
+        self.records: list[TrialRecord] | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(wh, job_id, cell_key), daemon=True)
+        self.thread.start()
+
+    def _run(self, wh: Warehouse, job_id: str, cell_key: str) -> None:
+        try:
+            self.records = pipeline.run_trials(wh, job_id, cell_key)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+
+def sandboxes(names: tuple[str, ...]) -> list:
+    """Containers (running or not) of Trials of the given Tasks."""
+    client = docker_engine.connect()
+    return [c for c in client.containers.list(all=True, filters={"label": SANDBOX_LABEL})
+            if any(n in c.labels.get(SANDBOX_LABEL, "") for n in names)]
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+def charge_entries(wh: Warehouse, job_id: str) -> list[wallet.Entry]:
+    return [e for e in ledger(wh) if e.kind == "charge" and e.job_id == job_id]
+
+
+@pytest.mark.docker
+def test_cancel_stops_in_flight_trials_and_refunds_what_was_not_spent(tmp_path: Path, wh: Warehouse) -> None:
+    token = os.urandom(3).hex()
+    names = (f"hang-a-{token}", f"hang-b-{token}", f"hang-c-{token}")
+    source = bench(tmp_path, "hang", dict(zip(names, ("ini-port-change", "fix-off-by-one", "count-log-errors"),
+                                              strict=True)), sleeps=dict.fromkeys(names, 120))
+    funded(wh)
+    quote, job = quotes.submit(wh, DEFAULT_WORKSPACE, local_user(), str(source), "oracle", [], 1)
+    [cell] = jobs.cells_of(wh, job.id)
+    run = Background(wh, job.id, cell.cell_key)
+    try:
+        wait_for(lambda: sum(c.status == "running" for c in sandboxes(names)) == 2, 90, "two running sandboxes")
+        time.sleep(2)  # let the oracle's `sleep 120` begin
+        cancelled_at = time.monotonic()
+        assert jobs.cancel(wh, DEFAULT_WORKSPACE, job.id).status == "cancelled"
+        run.thread.join(timeout=20)
+        assert not run.thread.is_alive(), "run_trials did not return within 20 s of the cancel"
+        assert run.error is None, repr(run.error)
+        assert time.monotonic() - cancelled_at < 20
+        assert sandboxes(names) == []
+    finally:
+        for c in sandboxes(names):  # never leave a container behind, even when an assertion failed
+            c.remove(force=True)
+
+    assert run.records is not None
+    assert sorted(r.task_name for r in run.records) == sorted(names[:2])  # the third never started
+    assert {r.outcome for r in run.records} == {"cancelled"}
+    assert all(r.reward is None for r in run.records)
+    assert charge_entries(wh, job.id) == []  # cancelled Trials are not charged
+    assert jobs.get_job(wh, job.id, None).status == "cancelled"
+    reserved, charged, refunded = totals(wh, quote.id)
+    assert reserved == quote.amount and charged == 0 and refunded == reserved == charged + refunded
+    row = spending(wh, job.id)
+    assert row["settled"] is True and row["status"] == "cancelled"
+    assert state(wh).reserved == 0 and state(wh).available == Decimal(100)
+
+    # Stopped Trials measured nothing: the next Quote of this cell still uses the prior.
+    again = quotes.create(wh, DEFAULT_WORKSPACE, local_user(), str(source), "oracle", [], 1)
+    assert again.cells[0].cell_key == cell.cell_key
+    assert "prior" in again.cells[0].basis, again.cells[0].basis
+
+
+# ---- 6. the ceiling ----------------------------------------------------------------------------------------
+
+@pytest.mark.docker
+def test_at_the_ceiling_no_trial_starts_in_flight_ones_stop_and_results_stay(tmp_path: Path,
+                                                                             wh: Warehouse) -> None:
+    """The Quote is made from the priors; Task a's oracle alone runs longer than the whole Quote pays for."""
+    token = os.urandom(3).hex()
+    a, b, c = f"ceil-a-{token}", f"ceil-b-{token}", f"ceil-c-{token}"
+    reservation = 3 * (prior_per_trial(wh, "oracle") + prior_per_trial(wh, "nop"))
+    seconds = math.ceil(reservation / Decimal(str(SANDBOX_USD_PER_HOUR)) * 3600) + 2
+    source = bench(tmp_path, "ceil", {a: "ini-port-change", b: "fix-off-by-one", c: "count-log-errors"},
+                   sleeps={a: seconds, b: 120})
+    funded(wh)
+    quote, job = quotes.submit(wh, DEFAULT_WORKSPACE, local_user(), str(source), "oracle", [], 1, bounds=True)
+    assert quote.amount == reservation
+    cells = {cl.agent: cl for cl in jobs.cells_of(wh, job.id)}
+    try:
+        records = pipeline.run_trials(wh, job.id, cells["oracle"].cell_key)
+    finally:
+        leftovers = sandboxes((a, b, c))
+        for container in leftovers:
+            container.remove(force=True)
+    assert leftovers == []
+
+    by_task = {r.task_name: r for r in records}
+    assert set(by_task) == {a, b}  # c never started
+    assert by_task[a].outcome == "scored" and by_task[a].reward == 1.0
+    assert by_task[b].outcome == "cancelled"
+    [charge] = charge_entries(wh, job.id)
+    assert charge.trial_key == by_task[a].key
+    assert Decimal(str(by_task[a].cost_usd)) > quote.amount
+    assert charge.amount == quote.amount  # capped at the reservation
+    finished = jobs.get_job(wh, job.id, None)
+    assert finished.status == "ceiling_reached" and "reached its Quote" in (finished.message or "")
+    cell_status = {cl.agent: cl.status for cl in jobs.cells_of(wh, job.id)}
+    assert cell_status == {"oracle": "done", "nop": "cancelled"}
+
+    assert pipeline.run_trials(wh, job.id, cells["nop"].cell_key) == []
+    assert {cl.agent: cl.status for cl in jobs.cells_of(wh, job.id)}["nop"] == "cancelled"
+    assert jobs.get_job(wh, job.id, None).status == "ceiling_reached"
+    with wh.query(DEFAULT_WORKSPACE) as con:
+        visible = con.execute("select task_name, outcome, reward from trials where job_id = ? order by task_name",
+                              [job.id]).fetchall()
+    assert visible == [(a, "scored", 1.0), (b, "cancelled", None)]
+    reserved, charged, refunded = totals(wh, quote.id)
+    assert reserved == charged + refunded and refunded == 0
+    assert spending(wh, job.id)["settled"] is True
+    assert state(wh).balance == Decimal(100) - quote.amount and state(wh).reserved == 0
+
+
+def test_a_trial_that_cost_nothing_does_not_reach_the_ceiling(tmp_path: Path, wh: Warehouse) -> None:
+    funded(wh)
+    source = str(bench(tmp_path, "one", {"ini-port-change": "ini-port-change"}))
+    quote, job = quotes.submit(wh, DEFAULT_WORKSPACE, local_user(), source, "oracle", [], 1)
+    charge = jobs.charge_trial(wh, job.id, f"{job.id}/free", 0.0)
+    assert charge.amount == 0 and not charge.ceiling_reached
+    assert jobs.get_job(wh, job.id, None).status == "running"
+    assert {cl.status for cl in jobs.cells_of(wh, job.id)} == {"pending"}
+    assert totals(wh, quote.id) == (quote.amount, 0, 0)
+
+
+# ---- 7. the CLI ----------------------------------------------------------------------------------------------
+
+def amber(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*AMBER, *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "AMBER_HOME": str(home), "COLUMNS": "200", **(env or {})})
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def refused(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    message = " ".join(result.stderr.split())
+    assert message.startswith("amber: ")
+    one_sentence(message.removeprefix("amber: "), *fragments)
+
+
+def test_the_money_flow_through_the_cli(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    source = bench(tmp_path, "cli-bench", {"ini-port-change": "ini-port-change", "fix-off-by-one": "fix-off-by-one"})
+    ok(amber(home, "workspace", "create", "team"))
+    refused(amber(home, "--user", "mallory", "credit", "add", "--workspace", "team", "--amount", "1",
+                  "--reason", "please"), "Only Amber staff can add a Credit", "mallory")
+    refused(amber(home, "credit", "add", "--workspace", "team", "--amount", "1"), "needs a reason")
+    ok(amber(home, "credit", "add", "--workspace", "team", "--amount", "1", "--reason", "trial credit"))
+
+    out = ok(amber(home, "--workspace", "team", "job", "quote", str(source), "--agent", "oracle"))
+    quote_id = re.search(r"amber job start (quote-[0-9a-f]+)", out)
+    assert quote_id, out
+    quote = quotes.get(Warehouse(AmberPaths(home)), "team", quote_id.group(1))
+    assert "prior" in out and quote.job_id in out
+    out = ok(amber(home, "--workspace", "team", "job", "start", quote.id))
+    assert f"Started {quote.job_id}" in " ".join(out.split())
+
+    money = json.loads(ok(amber(home, "--workspace", "team", "wallet", "--json")))
+    assert Decimal(money["balance"]) == 1 and Decimal(money["reserved"]) == quote.amount > 0
+    assert Decimal(money["available"]) == 1 - quote.amount
+    assert [e["kind"] for e in money["ledger"]] == ["credit", "reservation"]
+    assert money["ledger"][0]["reason"] == "trial credit"
+
+    out = ok(amber(home, "--workspace", "team", "job", "cancel", quote.job_id))
+    assert f"{quote.job_id} is cancelled" in out
+    money = json.loads(ok(amber(home, "--workspace", "team", "wallet", "--json")))
+    assert Decimal(money["reserved"]) == 0 and Decimal(money["available"]) == 1 == Decimal(money["balance"])
+    assert [(e["kind"], Decimal(e["amount"])) for e in money["ledger"]][1:] == [
+        ("reservation", quote.amount), ("refund", quote.amount)]
+    out = ok(amber(home, "--workspace", "team", "sql",
+                   f"select status, settled from job_spending where job_id = '{quote.job_id}'"))
+    assert re.search(r"cancelled\s*│\s*True", out), out
