@@ -11,6 +11,7 @@ import sys
 import time
 from datetime import UTC
 from decimal import Decimal
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -18,7 +19,23 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from amber_pipeline import agents, docker_engine, embedded, identity, jobs, quotes, report, wallet, workspaces
+from amber_pipeline import (
+    agents,
+    cli_compare,
+    cli_report,
+    cli_sources,
+    comparison,
+    docker_engine,
+    embedded,
+    identity,
+    jobs,
+    judge,
+    quotes,
+    report,
+    sources,
+    wallet,
+    workspaces,
+)
 from amber_pipeline.errors import AmberError
 from amber_pipeline.settings import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse import Warehouse
@@ -137,6 +154,7 @@ def _print_quote(quote: quotes.Quote) -> None:
     console.print(table)
     console.print(f"Reserved {wallet.show(quote.amount)} from Workspace {quote.workspace}'s Wallet as the Job's "
                   f"spending ceiling; the Quote expires at {quote.expires_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC.")
+    console.print(comparison.detectable_change_sentence(max((c.n_tasks for c in quote.cells), default=0)))
 
 
 def _warn_without_daemon(wh: Warehouse) -> None:
@@ -352,6 +370,41 @@ def demo(trials: int = 1) -> None:
     _print_wallet(state, lines, last=6)
     console.print(f"\nQuery it: amber sql \"select task_name, model_configuration, reward from trials "
                   f"where job_id = '{job.id}'\"")
+
+
+@app.command("judge")
+def judge_cmd(source: Annotated[str, typer.Argument(help="An Amber Job id, a Harbor job folder, or harbor:<name>.")],
+              model: Annotated[str, typer.Option(help="The judge's Model Configuration.")],
+              samples: Annotated[int, typer.Option(help="Judgements per failed Trial, 1 to 10.")] = 3,
+              stage_labels: Annotated[Path | None, typer.Option(help="JSON: trial name -> stage.")] = None,
+              as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Sort failed Trials into stages (understand, write, verify, other) with a model judge."""
+    wh, _, workspace = _acting()
+    labels = None
+    if stage_labels is not None:
+        try:
+            labels = json.loads(stage_labels.read_text())
+        except (OSError, ValueError) as e:
+            raise AmberError(f"{stage_labels} is not a JSON object of trial name -> stage ({e}).") from None
+    out = judge.judge(sources.load(wh, workspace, source), model, samples, labels)
+    if as_json:
+        print(json.dumps(out, indent=2))
+        return
+    console.print(f"Judge {out['model_configuration']}, {out['samples']} samples each, {out['judged']} failed Trials")
+    for stage, count in out["stages"].items():
+        console.print(f"  {stage}: {count}")
+    alpha = out["samples_alpha"]
+    console.print(f"Samples agree on {out['sample_agreement']:.0%} of Trials; alpha "
+                  f"{'undefined' if alpha is None else f'{alpha:.3f}'}. {out['samples_guidance']}")
+    if "labels" in out:
+        lab = out["labels"]
+        console.print(f"Against {lab['n_labels']} stage labels: agreement {lab['agreement']:.0%}, kappa "
+                      f"{lab['cohen_kappa']}, alpha {lab['krippendorff_alpha']}.")
+
+
+cli_sources.register(app, _acting)
+cli_report.register(app, _acting, sources.load)
+cli_compare.register(app, _acting, sources.load)
 
 
 def main() -> None:

@@ -69,7 +69,7 @@ def judge(evidence: list[TrialEvidence], model: str, samples: int = 3,
     if not 1 <= samples <= 10:
         raise AmberError(f"--samples must be from 1 to 10, not {samples}.")
     mc = model_configs.get(model)
-    failed = [e for e in evidence if e.scored and not e.passed]
+    failed = [e for e in evidence if e.scored and not e.passed and e.model is not None]  # bounds call no model
     cases = [(e, _instruction(e), _trajectory(e)) for e in failed]
     cases = [(e, i, t) for e, i, t in cases if i is not None]
     if not cases:

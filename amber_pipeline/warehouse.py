@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from amber_pipeline.records import CELL_RESULT_SCHEMA, TASK_REWARD_SCHEMA, TRIAL_SCHEMA, TrialRecord
 from amber_pipeline.settings import AmberPaths
+from amber_pipeline.sources import IMPORTED_TRIAL_SCHEMA
 
 CATALOG_DDL = """
 create table if not exists workspaces (
@@ -123,6 +124,11 @@ class Warehouse:
     def aggregates_file(self, cell_file_id: str, workspace: str) -> Path:
         return self.paths.aggregates / cell_file_id / f"{_file_id(workspace)}.parquet"
 
+    @property
+    def imports(self) -> Path:
+        """Imported Harbor job folders: one Parquet file per (Workspace, folder)."""
+        return self.paths.warehouse / "imports"
+
     @staticmethod
     def write_parquet(table: pa.Table, path: Path) -> None:
         """Write to a temporary name in the same folder, then rename: all or nothing."""
@@ -178,6 +184,7 @@ class Warehouse:
             "trials": (self.paths.trials, "*/*.parquet", TRIAL_SCHEMA),
             "rewards": (self.paths.rewards, "*/*.parquet", TASK_REWARD_SCHEMA),
             "cell_aggregates": (self.paths.aggregates, "*/*.parquet", CELL_RESULT_SCHEMA),
+            "imported_trials": (self.imports, "*.parquet", IMPORTED_TRIAL_SCHEMA),
         }
         for name, (folder, pattern, schema) in sources.items():
             if any(folder.glob(pattern)):
