@@ -28,7 +28,9 @@ def run_trials(wh: Warehouse, job_id: str, cell_key: str,
 
     def finished(record: TrialRecord) -> None:
         if record.outcome == Kind.SCORED:  # Errored and cancelled Trials are not charged
-            jobs.charge_trial(wh, job_id, record.key, record.cost_usd)
+            charge = jobs.charge_trial(wh, job_id, record.key, record.cost_usd)
+            if charge.earlier is not None:  # a restarted run: the row shows what the ledger charged
+                record.cost_usd = float(charge.earlier)
         if on_trial_done is not None:
             on_trial_done(record)
 

@@ -21,6 +21,7 @@ upload, download and stop. It enforces Amber's sandbox rules:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import shlex
 import tarfile
@@ -38,6 +39,7 @@ from amber_pipeline import docker_engine
 
 IMAGE_REPOSITORY = "amber-env"
 SANDBOX_LABEL = "org.amber.sandbox"
+TRIAL_DIR_LABEL = "org.amber.trial_dir"  # the Trial's folder: unique per Job, cell and Trial
 _KILL_GRACE_SEC = 10
 _build_locks: dict[str, threading.Lock] = {}
 _build_locks_guard = threading.Lock()
@@ -107,7 +109,7 @@ class AmberSandbox(BaseEnvironment):
             command=["sleep", "infinity"],
             init=True,
             network_mode="none",
-            labels={SANDBOX_LABEL: self.session_id},
+            labels={SANDBOX_LABEL: self.session_id, TRIAL_DIR_LABEL: str(self.trial_paths.trial_dir.resolve())},
             environment=self._startup_env(),
             working_dir=cfg.workdir or None,
             **limits,
@@ -237,6 +239,19 @@ class AmberSandbox(BaseEnvironment):
         if self._container is None:
             raise RuntimeError(f"The sandbox of {self.session_id} is not running")
         return self._container
+
+
+def remove_sandboxes_under(run_dir: Path) -> list[str]:
+    """Remove the sandboxes of Trials under a cell's run folder that a killed run left behind."""
+    client = docker_engine.connect()
+    prefix = f"{run_dir.resolve()}/"
+    removed = []
+    for container in client.containers.list(all=True, filters={"label": TRIAL_DIR_LABEL}):
+        if container.labels.get(TRIAL_DIR_LABEL, "").startswith(prefix):
+            with contextlib.suppress(NotFound):
+                container.remove(force=True)
+            removed.append(container.id)
+    return removed
 
 
 def _tar_of(files: list[tuple[Path, str]]) -> bytes:

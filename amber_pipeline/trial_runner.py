@@ -60,6 +60,9 @@ def run_cell(run: CellRun, *, concurrency: int = DEFAULT_CONCURRENCY,
     """Run the cell's Trials (Tasks x Trials per Task); one record per Trial that started."""
     quiet_harbor()
     docker_engine.connect()
+    from amber_pipeline.sandbox import remove_sandboxes_under  # deferred: imports Harbor
+
+    remove_sandboxes_under(run.run_dir)  # left by an earlier run of this cell that was killed
     agent = agents.get(run.cell.agent)
     mc = model_configs.get(run.cell.model_configuration) if agent.needs_model else None
     run.run_dir.mkdir(parents=True, exist_ok=True)

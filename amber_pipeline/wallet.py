@@ -126,7 +126,9 @@ def credit(con: duckdb.DuckDBPyConnection, workspace: str, amount: Decimal, reas
 
 def reserve(con: duckdb.DuckDBPyConnection, workspace: str, quote_id: str, job_id: str, amount: Decimal,
             at: datetime) -> None:
-    """Set a Quote's amount aside, or refuse with the amount missing."""
+    """Set a Quote's amount aside (once), or refuse with the amount missing."""
+    if con.execute("select 1 from ledger where entry_key = ?", [f"reservation:{quote_id}"]).fetchone():
+        return
     available = state(con, workspace).available
     if amount > available:
         raise AmberError(f"Workspace {workspace} has {show(available)} available but this Quote needs "
@@ -139,6 +141,7 @@ def reserve(con: duckdb.DuckDBPyConnection, workspace: str, quote_id: str, job_i
 class Charge:
     amount: Decimal  # what was charged now (0 when this attempt was charged before)
     ceiling_reached: bool
+    earlier: Decimal | None = None  # what this attempt was charged before, when it was (a restarted run)
 
 
 def charge(con: duckdb.DuckDBPyConnection, workspace: str, quote_id: str, job_id: str, trial_key: str,
@@ -153,7 +156,10 @@ def charge(con: duckdb.DuckDBPyConnection, workspace: str, quote_id: str, job_id
     written = _append(con, workspace=workspace, kind="charge", amount=amount, reason="Trial", quote_id=quote_id,
                       job_id=job_id, trial_key=trial_key, entry_key=f"charge:{trial_key}")
     left = quote_remaining(con, quote_id)
-    return Charge(amount if written else Decimal(0), ceiling_reached=left <= 0 or cost > remaining)
+    if not written:
+        earlier = con.execute("select amount from ledger where entry_key = ?", [f"charge:{trial_key}"]).fetchone()
+        return Charge(Decimal(0), ceiling_reached=left <= 0, earlier=earlier[0] if earlier else None)
+    return Charge(amount, ceiling_reached=left <= 0 or cost > remaining)
 
 
 def release(con: duckdb.DuckDBPyConnection, workspace: str, quote_id: str, job_id: str, reason: str) -> Decimal:
