@@ -3,15 +3,22 @@
 import dagster as dg
 
 from assets.cells import cell_aggregates, cell_job, rewards, trials
+from assets.comparisons import comparisons, reaggregation_job
 from assets.job_requests import submit_job
 from assets.resources import WarehouseResource
-from assets.schedules import quote_expiry_job, quote_expiry_schedule
+from assets.schedules import (
+    quote_expiry_job,
+    quote_expiry_schedule,
+    reaggregation_schedule,
+    transcript_expiry_job,
+    transcript_expiry_schedule,
+)
 from sensors.job_requests import job_request_sensor
 
 defs = dg.Definitions(
-    assets=[trials, rewards, cell_aggregates],
-    jobs=[cell_job, submit_job, quote_expiry_job],
+    assets=[trials, rewards, cell_aggregates, comparisons],
+    jobs=[cell_job, submit_job, quote_expiry_job, reaggregation_job, transcript_expiry_job],
     sensors=[job_request_sensor],
-    schedules=[quote_expiry_schedule],
+    schedules=[quote_expiry_schedule, reaggregation_schedule, transcript_expiry_schedule],
     resources={"warehouse": WarehouseResource()},
 )

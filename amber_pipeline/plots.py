@@ -7,7 +7,10 @@ so "too close to call" is visible as an interval crossing the zero line.
 
 from __future__ import annotations
 
+import base64
 import math
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,3 +89,12 @@ def forest_plot(report: dict, path: Path, margin: float | None = None) -> Path:
                        _num(c["ci95"][0]), _num(c["ci95"][1])) for c in report.get("comparisons", [])]
     return forest(cells, differences, path, title=report.get("title", "Amber report"), margin=margin,
                   difference_axis="difference in mean Reward")
+
+
+def markdown_image(draw: Callable[[Path], object]) -> str:
+    """A Markdown image carrying a drawn PNG inline, for UIs that show Markdown but serve no files."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "plot.png"
+        draw(path)
+        data = base64.b64encode(path.read_bytes()).decode()
+    return f"![forest plot](data:image/png;base64,{data})"

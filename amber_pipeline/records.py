@@ -105,5 +105,22 @@ CELL_RESULT_SCHEMA = pa.schema([
 ])
 
 
+# Paired comparisons of two Model Configurations of one Agent, per Workspace (written by aggregate.py).
+COMPARISON_SCHEMA = pa.schema([
+    ("workspace", pa.string()),
+    ("benchmark_version_id", pa.string()),
+    ("agent", pa.string()),
+    ("better", pa.string()),  # Model Configuration name; ties and no shared Task keep report.comparisons' order
+    ("worse", pa.string()),
+    ("mean_difference", pa.float64()),  # better - worse over shared Tasks; NaN with no shared Task
+    ("ci_low", pa.float64()),
+    ("ci_high", pa.float64()),
+    ("n_shared_tasks", pa.int64()),
+    ("too_close_to_call", pa.bool_()),
+    ("better_cell_key", pa.string()),
+    ("worse_cell_key", pa.string()),
+])
+
+
 def trials_table(records: list[TrialRecord]) -> pa.Table:
     return pa.Table.from_pylist([r.model_dump() for r in records], schema=TRIAL_SCHEMA)

@@ -23,7 +23,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from amber_pipeline.records import CELL_RESULT_SCHEMA, TASK_REWARD_SCHEMA, TRIAL_SCHEMA, TrialRecord
+from amber_pipeline.records import CELL_RESULT_SCHEMA, COMPARISON_SCHEMA, TASK_REWARD_SCHEMA, TRIAL_SCHEMA, TrialRecord
 from amber_pipeline.settings import AmberPaths
 from amber_pipeline.sources import IMPORTED_TRIAL_SCHEMA
 
@@ -164,7 +164,7 @@ class Warehouse:
         with self.query(workspace) as con:
             table = con.execute(
                 "select * from trials where (?::varchar is null or job_id = ?) "
-                "and (?::varchar is null or cell_key = ?) order by task_name, attempt",
+                "and (?::varchar is null or cell_key = ?) order by task_name, attempt, job_id",
                 [job_id, job_id, cell_key, cell_key]).fetch_arrow_table()
         return [TrialRecord.model_validate(row) for row in table.to_pylist()]
 
@@ -184,6 +184,7 @@ class Warehouse:
             "trials": (self.paths.trials, "*/*.parquet", TRIAL_SCHEMA),
             "rewards": (self.paths.rewards, "*/*.parquet", TASK_REWARD_SCHEMA),
             "cell_aggregates": (self.paths.aggregates, "*/*.parquet", CELL_RESULT_SCHEMA),
+            "comparisons": (self.paths.warehouse / "comparisons", "comparisons.parquet", COMPARISON_SCHEMA),
             "imported_trials": (self.imports, "*.parquet", IMPORTED_TRIAL_SCHEMA),
         }
         for name, (folder, pattern, schema) in sources.items():

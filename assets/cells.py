@@ -9,7 +9,8 @@ recomputes the cell's Rewards and score over all its stored Trials.
 
 import dagster as dg
 
-from amber_pipeline import pipeline
+from amber_pipeline import pipeline, plots
+from amber_pipeline.cells import NO_MODEL
 from assets.resources import WarehouseResource
 
 JOB_TAG = "amber/job"
@@ -64,6 +65,22 @@ def cell_aggregates(context: dg.AssetExecutionContext, warehouse: WarehouseResou
                f"[{r.score.ci95.low:.3f}, {r.score.ci95.high:.3f}] | {r.cost_usd:.4f} | "
                f"{r.mean_duration_sec:.1f} s | {r.errored} |\n")
     metadata: dict[str, dg.RawMetadataValue] = {"workspaces": len(results), "cell_results": dg.MetadataValue.md(md)}
+    with warehouse.get().query() as con:
+        neighbours = con.execute(
+            """select workspace, agent, model_configuration, mean_reward, ci_low, ci_high from cell_aggregates
+               where benchmark_version_id in (select benchmark_version_id from cell_aggregates where cell_key = ?)
+                 and workspace in (select workspace from cell_aggregates where cell_key = ?)""",
+            [context.partition_key, context.partition_key]).fetchall()
+    if neighbours:
+        one_workspace = len({w for w, *_ in neighbours}) == 1
+
+        def label(workspace: str, agent: str, mc: str) -> str:
+            name = agent if mc == NO_MODEL else f"{agent} / {mc}"
+            return name if one_workspace else f"{workspace}: {name}"
+
+        rows = [plots.Row(label(w, agent, mc), mean, low, high) for w, agent, mc, mean, low, high in neighbours]
+        metadata["plot"] = dg.MetadataValue.md(plots.markdown_image(
+            lambda path: plots.forest(rows, [], path, title="Cells of this Benchmark Version")))
     if len(results) == 1:
         r = results[0][1]
         metadata |= {"mean_reward": dg.MetadataValue.float(float(r.score.mean)),

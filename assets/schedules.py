@@ -1,8 +1,11 @@
-"""Quote expiry: a Quote not started within the hour releases its reservation."""
+"""Amber's schedules: Quote expiry, re-aggregation and transcript expiry."""
+
+from datetime import datetime
 
 import dagster as dg
 
-from amber_pipeline import quotes
+from amber_pipeline import quotes, retention
+from assets.comparisons import reaggregation_job
 from assets.resources import WarehouseResource
 
 
@@ -25,3 +28,29 @@ def quote_expiry_schedule(context: dg.ScheduleEvaluationContext, warehouse: Ware
     if not quotes.due(warehouse.get(), now):
         return dg.SkipReason("No Quote has expired unstarted.")
     return dg.RunRequest(run_key=f"expire-quotes-{now.isoformat()}")
+
+
+reaggregation_schedule = dg.ScheduleDefinition(
+    job=reaggregation_job, cron_schedule="0 * * * *", execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Hourly: every cell's score and every comparison recomputed from the stored Trials.")
+
+
+@dg.op(description="Delete transcripts of Trials that finished more than 90 days ago; Rewards and costs stay.")
+def expire_transcripts(context: dg.OpExecutionContext, warehouse: WarehouseResource) -> None:
+    scheduled = context.run.tags.get("dagster/scheduled_execution_time")
+    now = datetime.fromisoformat(scheduled) if scheduled else None
+    expired = retention.expire_transcripts(warehouse.get(), now)
+    table = "| Trial folder | finished | bytes freed |\n|---|---|---|\n" + "\n".join(
+        f"| {e.trial_dir} | {e.finished_at:%Y-%m-%d} | {e.bytes_freed} |" for e in expired)
+    context.add_output_metadata({"expired": len(expired), "transcripts": dg.MetadataValue.md(table)})
+
+
+@dg.job(description="Transcript expiry: transcripts are kept 90 days; Rewards, costs and aggregates are kept.")
+def transcript_expiry_job():
+    expire_transcripts()
+
+
+transcript_expiry_schedule = dg.ScheduleDefinition(
+    job=transcript_expiry_job, cron_schedule="30 3 * * *", execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.RUNNING, description="Daily: delete transcripts older than 90 days.")

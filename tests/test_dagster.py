@@ -23,6 +23,7 @@ from amber_pipeline.definitions import defs
 from amber_pipeline.settings import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse import Warehouse
 from assets.cells import JOB_TAG, cell_aggregates, cells, rewards, trials
+from assets.comparisons import comparisons
 from assets.resources import WarehouseResource
 from sensors.job_requests import job_request_sensor
 
@@ -187,10 +188,18 @@ def test_cell_runs_for_real(tmp_path: Path, warehouse: Warehouse, instance: dg.D
         assert metadata["mean_reward"].value == pytest.approx(expected[agent])
         assert metadata["workspaces"].value == 1
         assert "| default |" in metadata["cell_results"].value
+        assert metadata["plot"].value.startswith("![forest plot](data:image/png;base64,")
 
     with warehouse.query() as con:
         assert con.execute("select count(*) from trials").fetchone()[0] == 4
         assert dict(con.execute("select agent, mean_reward from cell_results").fetchall()) == expected
+
+    # The non-partitioned comparisons asset re-scores every cell; a second materialization changes nothing.
+    for changed in (True, False):
+        result = dg.materialize([comparisons], instance=instance, resources={"warehouse": WarehouseResource()})
+        [mat] = result.get_asset_materialization_events()
+        assert mat.materialization.metadata["changed"].value is changed
+        assert mat.materialization.metadata["cells"].value == 2
 
 
 # ---- 4. a cell run without a Job -----------------------------------------------------------------------------

@@ -1,0 +1,45 @@
+"""Comparisons: every cell re-scored and every pair of Model Configurations compared.
+
+Non-partitioned: it reads every stored Trial of every cell. Materialized
+hourly by `reaggregation_schedule` (and on demand from the UI), so a fix to
+the statistics or late-arriving Trials reach every report; it writes nothing
+when nothing changed.
+"""
+
+import dagster as dg
+
+from amber_pipeline import aggregate, plots
+from assets.cells import cell_aggregates
+from assets.resources import WarehouseResource
+
+
+@dg.asset(deps=[cell_aggregates], group_name="amber", kinds={"parquet"})
+def comparisons(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    """Paired comparisons: for each Workspace, Benchmark Version and Agent, every two Model Configurations
+    compared by a paired bootstrap of the mean per-Task Reward difference over their shared Tasks; "too close
+    to call" when its 95% interval contains zero. Also re-scores every cell from its stored Trials."""
+    wh = warehouse.get()
+    result = aggregate.reaggregate(wh)
+    with wh.query() as con:
+        rows = con.execute("""select workspace, agent, better, worse, mean_difference, ci_low, ci_high,
+                                     n_shared_tasks, too_close_to_call from comparisons
+                              order by workspace, agent, better, worse""").fetchall()
+    md = "| Workspace | Agent | better | worse | difference | 95% CI | shared Tasks | verdict |\n"
+    md += "|---|---|---|---|---|---|---|---|\n"
+    md += "\n".join(f"| {w} | {a} | {b} | {x} | {d:+.3f} | [{lo:+.3f}, {hi:+.3f}] | {n} | "
+                    f"{'too close to call' if tc else b + ' is better'} |"
+                    for w, a, b, x, d, lo, hi, n, tc in rows)
+    metadata: dict[str, dg.RawMetadataValue] = {
+        "changed": result.changed, "cells": result.cells, "comparisons": result.comparisons,
+        "seconds": round(result.seconds, 2), "table": dg.MetadataValue.md(md)}
+    if rows:
+        differences = [plots.Row(f"{b} - {x} ({a})", d, lo, hi) for _, a, b, x, d, lo, hi, _, _ in rows]
+        metadata["plot"] = dg.MetadataValue.md(plots.markdown_image(
+            lambda path: plots.forest([], differences, path, title="Paired differences in mean Reward")))
+    return dg.MaterializeResult(metadata=metadata)
+
+
+reaggregation_job = dg.define_asset_job(
+    "reaggregation_job", selection=[comparisons],
+    description="Re-aggregation: every cell's score and every comparison, recomputed from the stored Trials.")
+
