@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-from amber_pipeline import jobs, report, stats
+from amber_pipeline import jobs, report, sources, stats
 from amber_pipeline.cells import cell_file_id
 from amber_pipeline.outcomes import Kind
 from amber_pipeline.records import CELL_RESULT_SCHEMA, TASK_REWARD_SCHEMA, TrialRecord, trials_table
@@ -37,6 +37,7 @@ def run_trials(wh: Warehouse, job_id: str, cell_key: str,
     try:
         records = run_cell(run, on_trial_done=finished, keep_going=lambda: jobs.is_running(wh, job_id))
         wh.write_parquet(trials_table(records), wh.trials_file(run.cell.file_id, job_id))
+        sources.store_amber_evidence(wh, run.workspace, job_id, cell_key, run.run_dir)
     except BaseException as exc:
         jobs.mark_cell(wh, job_id, cell_key, "failed", str(exc).splitlines()[0][:300] if str(exc) else None)
         raise

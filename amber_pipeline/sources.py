@@ -64,7 +64,7 @@ _ERROR_LINE = re.compile(
     r"^(?i:error|fatal)\b|^Traceback \(most recent call last\)|^[\w.]*(?:Error|Exception):"
     r"|: command not found$|: No such file or directory$|: Permission denied$")
 
-IMPORTED_TRIAL_SCHEMA = pa.schema([
+EVIDENCE_SCHEMA = pa.schema([
     ("workspace", pa.string()),
     ("folder", pa.string()),  # the resolved Harbor job folder
     ("source", pa.string()),
@@ -90,6 +90,8 @@ IMPORTED_TRIAL_SCHEMA = pa.schema([
     ("tests_passed", pa.int32()),
     ("tests_total", pa.int32()),
     ("trial_dir", pa.string()),
+    ("outcome", pa.string()),  # passed / failed / errored / unscored (analysis_report.outcome)
+    ("cause", pa.string()),  # why a non-passed attempt failed (analysis_report.failure_cause); null when passed
 ])
 _FIELDS = [f.name for f in dataclasses.fields(TrialEvidence)]
 
@@ -402,9 +404,29 @@ def import_harbor(wh: Warehouse, workspace: str, path: Path) -> tuple[str, int]:
     evidence = read_harbor_folder(folder)
     if not evidence:
         raise _no_trials(f"Harbor job folder {folder}")
-    rows = [{"workspace": workspace, "folder": str(folder), **dataclasses.asdict(e)} for e in evidence]
-    wh.write_parquet(pa.Table.from_pylist(rows, schema=IMPORTED_TRIAL_SCHEMA), import_file(wh, workspace, folder))
-    return evidence[0].source, len(rows)
+    wh.write_parquet(evidence_table(workspace, folder, evidence), import_file(wh, workspace, folder))
+    return evidence[0].source, len(evidence)
+
+
+def evidence_table(workspace: str, folder: Path, evidence: list[TrialEvidence]) -> pa.Table:
+    """Evidence rows as stored, each with its outcome and, unless it passed, its failure cause."""
+    from amber_pipeline.analysis_report import failure_cause, outcome
+
+    rows = [{"workspace": workspace, "folder": str(folder), **dataclasses.asdict(e), "outcome": outcome(e),
+             "cause": None if e.passed else failure_cause(e)} for e in evidence]
+    return pa.Table.from_pylist(rows, schema=EVIDENCE_SCHEMA)
+
+
+def store_amber_evidence(wh: Warehouse, workspace: str, job_id: str, cell_key: str, run_dir: Path) -> int:
+    """Store the evidence of one cell run of a Job beside imported folders', for the `failure_causes` view."""
+    evidence = [e for e in from_amber(wh, job_id, workspace) if _cell_of(e, run_dir)]
+    key = hashlib.sha256(f"{workspace}\0{job_id}\0{cell_key}".encode()).hexdigest()[:16]
+    wh.write_parquet(evidence_table(workspace, run_dir, evidence), wh.evidence / f"{key}.parquet")
+    return len(evidence)
+
+
+def _cell_of(e: TrialEvidence, run_dir: Path) -> bool:
+    return e.trial_dir is not None and Path(e.trial_dir).parent == run_dir
 
 
 def _imported(wh: Warehouse, workspace: str, source: str) -> list[TrialEvidence]:

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from amber_pipeline.records import CELL_RESULT_SCHEMA, COMPARISON_SCHEMA, TASK_REWARD_SCHEMA, TRIAL_SCHEMA, TrialRecord
 from amber_pipeline.settings import AmberPaths
-from amber_pipeline.sources import IMPORTED_TRIAL_SCHEMA
+from amber_pipeline.sources import EVIDENCE_SCHEMA
 
 CATALOG_DDL = """
 create table if not exists workspaces (
@@ -129,6 +129,11 @@ class Warehouse:
         """Imported Harbor job folders: one Parquet file per (Workspace, folder)."""
         return self.paths.warehouse / "imports"
 
+    @property
+    def evidence(self) -> Path:
+        """Evidence of Amber's own Trials (trajectory flags, failure causes), one file per Job and cell."""
+        return self.paths.warehouse / "evidence"
+
     @staticmethod
     def write_parquet(table: pa.Table, path: Path) -> None:
         """Write to a temporary name in the same folder, then rename: all or nothing."""
@@ -185,7 +190,8 @@ class Warehouse:
             "rewards": (self.paths.rewards, "*/*.parquet", TASK_REWARD_SCHEMA),
             "cell_aggregates": (self.paths.aggregates, "*/*.parquet", CELL_RESULT_SCHEMA),
             "comparisons": (self.paths.warehouse / "comparisons", "comparisons.parquet", COMPARISON_SCHEMA),
-            "imported_trials": (self.imports, "*.parquet", IMPORTED_TRIAL_SCHEMA),
+            "imported_trials": (self.imports, "*.parquet", EVIDENCE_SCHEMA),
+            "amber_evidence": (self.evidence, "*.parquet", EVIDENCE_SCHEMA),
         }
         for name, (folder, pattern, schema) in sources.items():
             if any(folder.glob(pattern)):
@@ -194,6 +200,11 @@ class Warehouse:
                 con.register(f"_{name}_empty", schema.empty_table())
                 source = f"_{name}_empty"
             con.execute(f"create view {name} as select * from {source} where {ws}")
+        con.execute("""
+            create view failure_causes as
+            select workspace, source, agent, model, task_name, trial_name, attempt, outcome, cause
+            from (select * from imported_trials union all by name select * from amber_evidence)
+            where outcome <> 'passed'""")
         con.execute("""
             create view job_spending as
             select j.id as job_id, j.workspace, j.status, q.id as quote_id,

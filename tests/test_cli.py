@@ -136,6 +136,8 @@ def test_results_and_sql_over_a_finished_job(tmp_path: Path) -> None:
     assert any("oracle" in line and " 2 " in line and "1.0" in line for line in lines), r.stdout
     r = amber(home, "sql", "select agent, mean_reward, ci_low, ci_high from cell_results order by agent")
     assert r.returncode == 0 and "oracle" in r.stdout and "nop" in r.stdout
+    r = amber(home, "sql", "select agent, cause, count(*) as n from failure_causes group by all order by agent")
+    assert r.returncode == 0 and "nop" in r.stdout and "early_stops" in r.stdout and "oracle" not in r.stdout
     r = amber(home, "results", job.id)
     assert r.returncode == 0 and "oracle" in r.stdout and "95% CI" in r.stdout
     r = amber(home, "job", "status", job.id)

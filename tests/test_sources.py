@@ -178,7 +178,7 @@ def test_import_twice_changes_nothing_and_the_view_is_scoped(tmp_path: Path) -> 
 def test_the_view_exists_before_any_import(tmp_path: Path) -> None:
     with wh_at(tmp_path).query(WS) as con:
         columns = [d[0] for d in con.execute("select * from imported_trials").description or []]
-    assert columns == ["workspace", "folder", *(f.name for f in dataclasses.fields(TrialEvidence))]
+    assert columns == ["workspace", "folder", *(f.name for f in dataclasses.fields(TrialEvidence)), "outcome", "cause"]
 
 
 def test_load_each_kind_of_source(tmp_path: Path) -> None:
@@ -322,3 +322,16 @@ def test_from_amber_on_a_real_job(tmp_path: Path) -> None:
         assert (e.trajectory_steps, e.model_used, e.trajectory_ended_with_error) == (None, None, False)
     assert (oracle.tests_passed, oracle.tests_total) == (4, 4)
     assert nop.tests_total == 4 and (nop.tests_passed or 0) < 4
+
+
+def test_failure_causes_view_over_an_imported_folder(tmp_path: Path) -> None:
+    from amber_pipeline.analysis_report import failure_cause
+
+    wh = wh_at(tmp_path)
+    sources.import_harbor(wh, WS, GOLDEN / "demo-broken")
+    expected = sorted((e.trial_name, failure_cause(e)) for e in sources.read_harbor_folder(GOLDEN / "demo-broken")
+                      if not e.passed)
+    with wh.query(WS) as con:
+        rows = sorted(con.execute("select trial_name, cause from failure_causes").fetchall())
+    assert rows == expected and rows
+    assert "dead_tools" in {cause for _, cause in rows}
