@@ -38,7 +38,8 @@ KAPPA_TRUST, KAPPA_USABLE = 0.6, 0.8
 REPORT_KEYS = (
     "sources", "routes", "headline_routes", "n_trials", "pass_rate", "strict_pass_rate", "attempt_pass_rate",
     "detectable_change_points", "attempts_per_task", "pass_at_k", "pass_hat_k", "unstable_tasks",
-    "unscored_model_tasks", "unattempted_tasks", "outcomes", "failure_causes", "near_misses", "cells", "totals",
+    "unscored_model_tasks", "unattempted_tasks", "outcomes", "failure_causes", "near_misses", "cells", "comparisons",
+    "totals",
     "n_labels", "cohen_kappa", "krippendorff_alpha", "label_guidance", "label_disagreements", "labels_unmatched",
 )
 CELL_KEYS = ("source", "route", "agent", "model", "mean_reward", "ci95", "pass_rate", "strict_pass_rate",
@@ -170,6 +171,23 @@ def _cell(es: list[TrialEvidence], task_names: Sequence[str]) -> dict[str, Any]:
     }
 
 
+def _comparisons(cells: Mapping[tuple[str, str], list[TrialEvidence]]) -> list[dict[str, Any]]:
+    """Amber's paired bootstrap between the model routes of one Agent in one source, better one first."""
+    means = {key: stats.per_task_means([e.task_name for e in es], [None if e.errored else e.reward for e in es])
+             for key, es in cells.items() if es[0].model is not None}
+    out = []
+    for (a, b) in sorted((a, b) for a in means for b in means if a < b):
+        if a[0] != b[0] or cells[a][0].agent != cells[b][0].agent:
+            continue
+        d = stats.paired_difference(means[a], means[b])
+        if d.mean_difference < 0:
+            a, b, d = b, a, stats.paired_difference(means[b], means[a])
+        out.append({"better": a[1], "worse": b[1], "mean_difference": _num(d.mean_difference),
+                    "ci95": [_num(d.ci95.low), _num(d.ci95.high)], "n_shared_tasks": d.n_shared_tasks,
+                    "too_close_to_call": d.too_close_to_call})
+    return out
+
+
 def _labels(failed: list[tuple[TrialEvidence, str]], labels: Mapping[str, str]) -> dict[str, Any]:
     unknown = sorted({c for c in labels.values() if c not in CAUSES})
     if unknown:
@@ -251,6 +269,7 @@ def build_report(evidence: list[TrialEvidence], *, all_tasks: list[str] | None =
         "failure_causes": causes,
         "near_misses": sorted(near, key=lambda m: (-m["fraction"], m["task"], m["route"])),
         "cells": cells,
+        "comparisons": _comparisons(all_cells),
         "totals": {
             "input_tokens": sum(e.input_tokens or 0 for e in evidence),
             "output_tokens": sum(e.output_tokens or 0 for e in evidence),
@@ -329,6 +348,11 @@ def render_text(report: Mapping[str, Any]) -> str:
         lines.append(f"  {name:<40} {c['n_tasks']:>5} {c['n_trials']:>6} {_p(c['mean_reward'], 3):>11} "
                      f"{'[' + _p(low, 3) + ', ' + _p(high, 3) + ']':>16} {_p(c['pass_rate']['percent']):>8}% "
                      f"{c['cost_usd']:>10.4f} {_p(c['mean_duration_sec']):>7} s {c['errored']:>7}")
+    for c in report.get("comparisons", []):
+        low, high = c["ci95"]
+        verdict = "too close to call" if c["too_close_to_call"] else f"{c['better']} is better"
+        lines.append(f"  {c['better']} vs {c['worse']}: mean Reward difference {_p(c['mean_difference'], 3)}, "
+                     f"95% CI [{_p(low, 3)}, {_p(high, 3)}] over {c['n_shared_tasks']} shared Tasks: {verdict}")
     t = report["totals"]
     lines += ["", f"Totals: {t['trials']} Trials, {t['input_tokens']} input and {t['output_tokens']} output tokens, "
                   f"{t['cost_usd']:.4f} USD, {t['duration_sec']:.1f} s of Trial time"]

@@ -9,6 +9,7 @@ percentage points.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -110,6 +111,8 @@ def register(app: typer.Typer, acting: Acting, load_source: LoadSource) -> None:
             "--route", help="Keep one route (agent/model): once for all sides, or once per side, baseline "
                             "first.")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+        plot: Annotated[Path | None, typer.Option("--plot", help="Write a forest plot of the differences (PNG), "
+                                                  "with zero and the margin marked.")] = None,
     ) -> None:
         """Compare candidates with a baseline on paired cases: interval, verdict, caveats, advice and costs."""
         routes = _routes_per_side(route, 1 + len(candidates))
@@ -132,6 +135,14 @@ def register(app: typer.Typer, acting: Acting, load_source: LoadSource) -> None:
                                                              if r is not None})
             results = many["comparisons"]
             payload = {"baseline": base_name, **many}
+        if plot is not None:
+            from amber_pipeline import plots
+
+            rows = [plots.Row(name, r["difference_points"] or math.nan,
+                              *(math.nan if v is None else v for v in r["difference_ci95"]))
+                    for name, r in results.items()]
+            plots.forest([], rows, plot, title=f"Candidate minus baseline ({base_name})", margin=margin_points,
+                         difference_axis="difference in pass rate, points")
         if as_json:
             print(json.dumps(payload, indent=2))
             return

@@ -36,7 +36,8 @@ def forest(cells: list[Row], differences: list[Row], path: Path, *, title: str,
     if not panels:
         raise ValueError("nothing to plot")
     heights = [max(1.5, 0.45 * len(rows) + 0.9) for rows, _, _ in panels]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(8, sum(heights) + 0.6), squeeze=False,
+    longest = max(len(r.label) for rows, _, _ in panels for r in rows)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(min(18, 5 + 0.08 * longest), sum(heights) + 0.6), squeeze=False,
                              gridspec_kw={"height_ratios": heights})
     for ax, (rows, axis_label, is_difference) in zip(axes[:, 0], panels, strict=True):
         ordered = sorted(rows, key=lambda r: (-_finite(r.estimate), r.label))[::-1]
@@ -56,7 +57,7 @@ def forest(cells: list[Row], differences: list[Row], path: Path, *, title: str,
                     ax.axvline(m, color="#b22222", linestyle="--", linewidth=1)
         elif all(r.low >= 0 and r.high <= 1 for r in rows if math.isfinite(r.low) and math.isfinite(r.high)):
             ax.set_xlim(-0.05, 1.05)  # Rewards live in [0, 1]: keep the scale honest
-    axes[0, 0].set_title(title)
+    fig.suptitle(title, fontsize=10, x=0.01, ha="left")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -73,9 +74,9 @@ def _num(x: object) -> float:
 
 
 def _pair_label(better: str, worse: str) -> str:
-    """'agent / a' and 'agent / b' read as 'a - b (agent)'."""
-    a_agent, _, a_model = better.rpartition(" / ")
-    b_agent, _, b_model = worse.rpartition(" / ")
+    """'agent/a' and 'agent/b' (or 'agent / a') read as 'a - b (agent)'."""
+    a_agent, _, a_model = better.replace(" / ", "/").rpartition("/")
+    b_agent, _, b_model = worse.replace(" / ", "/").rpartition("/")
     if a_agent and a_agent == b_agent:
         return f"{a_model} - {b_model} ({a_agent})"
     return f"{better} - {worse}"

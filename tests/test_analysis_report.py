@@ -497,3 +497,21 @@ def test_cli_plot_calls_forest_plot(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     result = CliRunner().invoke(app, ["report", "job-abc", "--plot", str(tmp_path / "f.png")])
     assert result.exit_code == 0, result.output
     assert len(calls) == 1 and calls[0][1] == tmp_path / "f.png" and calls[0][0]["pass_rate"]["solved"] == 1
+
+
+def test_report_compares_the_model_routes_of_one_agent() -> None:
+    from amber_pipeline import stats
+
+    tasks = [f"t{i}" for i in range(12)]
+    strong = [ev(t, model="strong", reward=1.0 if i < 10 else 0.0) for i, t in enumerate(tasks)]
+    weak = [ev(t, model="weak", reward=1.0 if i < 5 else 0.0) for i, t in enumerate(tasks)]
+    bound = [ev(t, agent="oracle", model=None) for t in tasks]
+    report = ar.build_report(weak + strong + bound)
+    [c] = report["comparisons"]
+    expected = stats.paired_difference({t: 1.0 if i < 10 else 0.0 for i, t in enumerate(tasks)},
+                                       {t: 1.0 if i < 5 else 0.0 for i, t in enumerate(tasks)})
+    assert (c["better"], c["worse"]) == ("terminus-2/strong", "terminus-2/weak")
+    assert c["mean_difference"] == pytest.approx(5 / 12) == pytest.approx(expected.mean_difference)
+    assert c["ci95"] == [expected.ci95.low, expected.ci95.high]
+    assert c["too_close_to_call"] is expected.too_close_to_call is False
+    assert "terminus-2/strong is better" in ar.render_text(report)

@@ -514,3 +514,11 @@ def test_cli_plan_bad_arguments(cli: tuple, args: list[str], fragment: str) -> N
     app, _ = cli
     _, _, exc = run(app, "plan", *args)
     assert isinstance(exc, AmberError) and str(exc) == fragment
+
+
+def test_cli_compare_plot_marks_zero_and_the_margin(cli: tuple, tmp_path: Path) -> None:
+    app, _ = cli
+    png = tmp_path / "cmp.png"
+    code, out, exc = run(app, "compare", "job-a", "job-b", "job-c", "--margin-points", "5", "--plot", str(png))
+    assert code == 0, (out, exc)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5_000
