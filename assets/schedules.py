@@ -38,7 +38,8 @@ reaggregation_schedule = dg.ScheduleDefinition(
 
 @dg.op(description="Delete transcripts of Trials that finished more than 90 days ago; Rewards and costs stay.")
 def expire_transcripts(context: dg.OpExecutionContext, warehouse: WarehouseResource) -> None:
-    scheduled = context.run.tags.get("dagster/scheduled_execution_time")
+    tags = context.run.tags  # a scheduled run knows its tick's time: the clock expiry is measured by
+    scheduled = tags.get(".dagster/scheduled_execution_time") or tags.get("dagster/scheduled_execution_time")
     now = datetime.fromisoformat(scheduled) if scheduled else None
     expired = retention.expire_transcripts(warehouse.get(), now)
     table = "| Trial folder | finished | bytes freed |\n|---|---|---|\n" + "\n".join(

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+
 from amber_pipeline import quotes, wallet, workspaces
 from amber_pipeline.identity import DEFAULT_WORKSPACE, Actor, local_user
 from amber_pipeline.jobs import Job
+from amber_pipeline.settings import PROJECT_ROOT
 from amber_pipeline.warehouse import Warehouse
 
 
@@ -24,3 +30,30 @@ def submit(wh: Warehouse, benchmark: str, agent: str, models: list[str], trials:
     _, job = quotes.submit(wh, workspace, local_user(), benchmark, agent, models, trials, bounds=bounds,
                            public=public)
     return job
+
+
+def race(script: str, argv: list[list[str]], during: Callable[[], None] | None = None) -> list[dict]:
+    """Start one `python -c script ARGS` per entry of argv, release them together, and collect their reports.
+
+    Each worker prints "ready", waits for a "go" line, works, and prints a JSON object as its last line;
+    `during` runs in this process while they race. Every worker must exit 0.
+    """
+    workers = [subprocess.Popen([sys.executable, "-c", script, *args], cwd=PROJECT_ROOT, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for args in argv]
+    try:
+        for w in workers:
+            assert w.stdout is not None and w.stdout.readline().strip() == "ready", w.communicate()[1]
+        for w in workers:
+            assert w.stdin is not None
+            w.stdin.write("go\n")
+            w.stdin.flush()
+        if during is not None:
+            during()
+        outputs = [w.communicate(timeout=90) for w in workers]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+    for w, (_, err) in zip(workers, outputs, strict=True):
+        assert w.returncode == 0, err
+    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]

@@ -6,21 +6,18 @@ the cell run, and separate OS processes for the locking test. Nothing is mocked.
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import dagster as dg
 import pytest
-from helpers import submit
+from helpers import race, submit
 
 from amber_pipeline import jobs
 from amber_pipeline.cells import cell_file_id
 from amber_pipeline.definitions import defs
-from amber_pipeline.settings import PROJECT_ROOT, AmberPaths
+from amber_pipeline.settings import PROJECT_ROOT
 from amber_pipeline.warehouse import Warehouse
 from assets.cells import JOB_TAG, cell_aggregates, cells, rewards, trials
 from assets.comparisons import comparisons
@@ -29,18 +26,6 @@ from sensors.job_requests import job_request_sensor
 
 DEMO_BENCH = PROJECT_ROOT / "examples" / "demo-bench"
 TWO_TASKS = ("fix-off-by-one", "ini-port-change")
-
-
-@pytest.fixture
-def amber_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "amber"
-    monkeypatch.setenv("AMBER_HOME", str(home))
-    return home
-
-
-@pytest.fixture
-def warehouse(amber_home: Path) -> Warehouse:
-    return Warehouse(AmberPaths.from_env())
 
 
 @pytest.fixture
@@ -249,24 +234,7 @@ LOCK_WORKER = textwrap.dedent("""
 def test_warehouse_locking_never_fails_across_processes(tmp_path: Path, warehouse: Warehouse) -> None:
     bench = small_bench(tmp_path, TWO_TASKS[:1])
     submit(warehouse, str(bench), "nop", [], 1, bounds=False)  # register the Benchmark Version once
-    workers = [subprocess.Popen([sys.executable, "-c", LOCK_WORKER, str(bench), "5"], cwd=PROJECT_ROOT,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True) for _ in range(3)]
-    try:
-        for w in workers:
-            assert w.stdout.readline().strip() == "ready", w.stderr.read()
-        for w in workers:
-            w.stdin.write("go\n")
-            w.stdin.flush()
-        outputs = [w.communicate(timeout=60) for w in workers]
-    finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
-    counts = []
-    for w, (out, err) in zip(workers, outputs, strict=True):
-        assert w.returncode == 0, err
-        counts.append(json.loads(out.strip().splitlines()[-1]))
+    counts = race(LOCK_WORKER, [[str(bench), "5"]] * 3)
     submitted = 1 + sum(c["submitted"] for c in counts)
     assert all(c["submitted"] > 0 and c["queries"] > 0 and c["sensor_reads"] > 0 for c in counts), counts
     assert len(jobs.list_jobs(warehouse, "default")) == submitted

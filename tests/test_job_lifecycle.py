@@ -44,15 +44,8 @@ T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
-def amber_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "amber"
-    monkeypatch.setenv("AMBER_HOME", str(home))
-    return home
-
-
-@pytest.fixture
-def wh(amber_home: Path) -> Warehouse:
-    return Warehouse(AmberPaths.from_env())
+def wh(warehouse: Warehouse) -> Warehouse:
+    return warehouse
 
 
 def bench(tmp_path: Path, name: str, tasks: dict[str, str], sleeps: dict[str, int] | None = None) -> Path:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from amber_pipeline import retention
 from amber_pipeline.records import TrialRecord, trials_table
 from amber_pipeline.settings import AmberPaths
@@ -51,3 +53,29 @@ def test_transcripts_older_than_90_days_go_and_results_stay(tmp_path: Path) -> N
         assert con.execute("select trial_dir from transcript_expiries").fetchall() == [(str(old_dir),)]
     # A day later the edge case expires too.
     assert [Path(e.trial_dir).name for e in retention.expire_transcripts(wh, NOW + timedelta(days=1))] == ["edge"]
+
+
+def test_the_daily_schedule_expires_by_its_scheduled_time_and_shows_what_went(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dagster as dg
+
+    from amber_pipeline.definitions import defs
+    from assets.resources import WarehouseResource
+    from assets.schedules import transcript_expiry_schedule
+
+    monkeypatch.setenv("AMBER_HOME", str(tmp_path / "home"))
+    wh = Warehouse(AmberPaths.from_env())
+    old = trial(tmp_path, "old", NOW - timedelta(days=100))
+    wh.write_parquet(trials_table([old]), wh.trials_file("cell", "job-x"))
+    with dg.instance_for_test() as instance:
+        context = dg.build_schedule_context(instance=instance, scheduled_execution_time=NOW)
+        [request] = transcript_expiry_schedule.evaluate_tick(context).run_requests or []
+        job = defs.resolve_job_def("transcript_expiry_job")
+        result = job.execute_in_process(instance=instance, resources={"warehouse": WarehouseResource()},
+                                        tags={**request.tags, ".dagster/scheduled_execution_time": NOW.isoformat()})
+    assert result.success
+    [event] = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
+    metadata = event.event_specific_data.metadata
+    assert metadata["expired"].value == 1
+    assert old.trial_dir in metadata["transcripts"].value
+    assert not (Path(old.trial_dir) / "agent").exists()

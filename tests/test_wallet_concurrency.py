@@ -8,7 +8,6 @@ processes on one catalog, and a cell run in Docker killed with SIGKILL. Nothing 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from helpers import funded, submit
+from helpers import funded, race, submit
 
 from amber_pipeline import jobs, pipeline, quotes, wallet
 from amber_pipeline.cells import cell_file_id
@@ -38,12 +37,6 @@ from amber_pipeline.warehouse import Warehouse
 
 DEMO_BENCH = PROJECT_ROOT / "examples" / "demo-bench"
 WORKSPACE = "race"
-
-
-@pytest.fixture
-def warehouse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Warehouse:
-    monkeypatch.setenv("AMBER_HOME", str(tmp_path / "amber"))  # subprocesses inherit it
-    return Warehouse(AmberPaths.from_env())
 
 
 def ledger_rows(wh: Warehouse, workspace: str) -> list[tuple]:
@@ -138,30 +131,15 @@ def replay(rows: list[tuple]) -> tuple[Decimal, Decimal, list[str]]:
 
 def test_racing_processes_never_overdraw_and_charge_each_attempt_once(warehouse: Warehouse) -> None:
     funded(warehouse, WORKSPACE, "0.30")  # small: the workers run out and must be refused
-    workers = [subprocess.Popen([sys.executable, "-c", WALLET_WORKER, str(i), WORKSPACE, "5"], cwd=PROJECT_ROOT,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for i in range(4)]
     topped_up = []
-    try:
-        for w in workers:
-            assert w.stdout.readline().strip() == "ready", w.stderr.read()
-        for w in workers:
-            w.stdin.write("go\n")
-            w.stdin.flush()
-        # Staff add small Credits while the workers spend, so the Wallet keeps hovering near empty.
+
+    def top_up() -> None:  # staff add small Credits while the workers spend: the Wallet hovers near empty
         actor = Actor(local_user(), WORKSPACE)
         for _ in range(5):
             time.sleep(0.5)
             topped_up.append(wallet.add_credit(warehouse, actor, WORKSPACE, "0.05", "top-up during the race"))
-        outputs = [w.communicate(timeout=60) for w in workers]
-    finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
-    reports = []
-    for w, (out, err) in zip(workers, outputs, strict=True):
-        assert w.returncode == 0, err
-        reports.append(json.loads(out.strip().splitlines()[-1]))
+
+    reports = race(WALLET_WORKER, [[str(i), WORKSPACE, "5"] for i in range(4)], during=top_up)
 
     # The race really raced: refusals, Quotes reserved by two workers, keys charged by two workers.
     assert all(r["refused"] for r in reports), reports
