@@ -369,7 +369,7 @@ def demo(trials: int = 1) -> None:
     state, lines = wallet.read(wh, workspace)
     _print_wallet(state, lines, last=6)
     console.print(f"\nQuery it: amber sql \"select task_name, model_configuration, reward from trials "
-                  f"where job_id = '{job.id}'\"")
+                  f"where job_id = '{job.id}'\"\nThe full report: amber report {job.id} --plot report.png")
 
 
 @app.command("judge")
