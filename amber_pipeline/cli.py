@@ -22,6 +22,7 @@ from rich.table import Table
 from amber_pipeline import (
     agents,
     cli_compare,
+    cli_money,
     cli_report,
     cli_sources,
     comparison,
@@ -46,10 +47,6 @@ job_app = typer.Typer(no_args_is_help=True, help="Submit and follow Jobs.")
 daemon_app = typer.Typer(no_args_is_help=True, help="The embedded Dagster daemon that starts cell runs.")
 app.add_typer(job_app, name="job")
 app.add_typer(daemon_app, name="daemon")
-workspace_app = typer.Typer(no_args_is_help=True, help="Workspaces and their members.")
-credit_app = typer.Typer(no_args_is_help=True, help="Credits: money staff add to a Wallet by hand.")
-app.add_typer(workspace_app, name="workspace")
-app.add_typer(credit_app, name="credit")
 console = Console(width=None if sys.stdout.isatty() else 120)
 DEMO_BENCHMARK = PROJECT_ROOT / "examples" / "demo-bench"
 DEMO_CREDIT = Decimal(5)
@@ -255,75 +252,6 @@ def sql(query: str) -> None:
     console.print(table)
 
 
-@workspace_app.command("create")
-def workspace_create(name: str) -> None:
-    """Create a Workspace; you become its first member. Its Wallet starts empty."""
-    wh, actor = _wh(), _actor()
-    workspaces.create(wh, actor, name)
-    console.print(f"Created Workspace {name}; its Wallet is empty until staff add a Credit.")
-
-
-@workspace_app.command("add-member")
-def workspace_add_member(name: str, user: str) -> None:
-    """Add a user to a Workspace you belong to."""
-    workspaces.add_member(_wh(), _actor(), name, user)
-    console.print(f"{user} is a member of {name}.")
-
-
-@workspace_app.command("list")
-def workspace_list() -> None:
-    """The Workspaces you belong to."""
-    actor = _actor()
-    table = Table(title=f"Workspaces of {actor.user}")
-    table.add_column("Workspace")
-    table.add_column("members", justify="right")
-    for name, members in workspaces.list_for(_wh(), actor.user):
-        table.add_row(name, str(members))
-    console.print(table)
-
-
-@workspace_app.command("use")
-def workspace_use(name: str) -> None:
-    """Make a Workspace your default (in your config file)."""
-    wh, actor = _wh(), _actor()
-    workspaces.acting_workspace(wh, identity.Actor(actor.user, name))
-    identity.save_config({"workspace": name})
-    console.print(f"You now act in Workspace {name} by default ({identity.config_path()}).")
-
-
-@credit_app.command("add")
-def credit_add(workspace: Annotated[str, typer.Option(help="The Workspace to credit.")],
-               amount: Annotated[str, typer.Option(help="US dollars, e.g. 100 or 12.50.")],
-               reason: Annotated[str, typer.Option(help="Why (required).")] = "") -> None:
-    """Add a Credit to a Workspace's Wallet (staff only, with a reason)."""
-    entry = wallet.add_credit(_wh(), _actor(), workspace, amount, reason)
-    console.print(f"Credited {wallet.show(entry)} to Workspace {workspace}.")
-
-
-@app.command("wallet")
-def wallet_cmd(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """The Wallet of the acting Workspace: balance, reserved, available, and its ledger."""
-    wh, _, workspace = _acting()
-    state, lines = wallet.read(wh, workspace)
-    if as_json:
-        print(json.dumps(wallet.to_json(state, lines), indent=2))
-        return
-    _print_wallet(state, lines)
-
-
-def _print_wallet(state: wallet.WalletState, lines: list[wallet.Entry], last: int | None = None) -> None:
-    console.print(f"Wallet of {state.workspace}: balance {wallet.show(state.balance)}, reserved "
-                  f"{wallet.show(state.reserved)}, available [bold]{wallet.show(state.available)}[/]")
-    table = Table()
-    for col in ("#", "time", "entry", "amount", "for"):
-        table.add_column(col, justify="right" if col in ("#", "amount") else "left")
-    for e in lines[-last:] if last else lines:
-        target = {"credit": e.reason, "reservation": f"{e.quote_id} of {e.job_id}",
-                  "charge": f"Trial {e.trial_key}", "refund": f"{e.reason} ({e.quote_id})"}[e.kind]
-        table.add_row(str(e.seq), f"{e.at:%Y-%m-%d %H:%M:%S}", e.kind, wallet.show(e.amount), target)
-    console.print(table)
-
-
 @app.command("ui")
 def ui(host: str = "127.0.0.1", port: int = 3000) -> None:
     """Start the Dagster webserver and daemon on the embedded instance."""
@@ -352,7 +280,7 @@ def demo(trials: int = 1) -> None:
         wallet.add_credit(wh, actor, workspace, str(DEMO_CREDIT - state.available), "demo credit")
     state, lines = wallet.read(wh, workspace)
     console.rule("Wallet before")
-    _print_wallet(state, lines, last=5)
+    cli_money.print_wallet(state, lines, last=5)
     started_here = embedded.daemon_pid(wh.paths) is None
     embedded.start_daemon(wh.paths)
     try:
@@ -367,7 +295,7 @@ def demo(trials: int = 1) -> None:
             embedded.stop_daemon(wh.paths)
     console.rule("Wallet after")
     state, lines = wallet.read(wh, workspace)
-    _print_wallet(state, lines, last=6)
+    cli_money.print_wallet(state, lines, last=6)
     console.print(f"\nQuery it: amber sql \"select task_name, model_configuration, reward from trials "
                   f"where job_id = '{job.id}'\"\nThe full report: amber report {job.id} --plot report.png")
 
@@ -402,6 +330,7 @@ def judge_cmd(source: Annotated[str, typer.Argument(help="An Amber Job id, a Har
                       f"{lab['cohen_kappa']}, alpha {lab['krippendorff_alpha']}.")
 
 
+cli_money.register(app, _acting, _wh, _actor)
 cli_sources.register(app, _acting)
 cli_report.register(app, _acting, sources.load)
 cli_compare.register(app, _acting, sources.load)
