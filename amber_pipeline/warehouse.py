@@ -67,6 +67,9 @@ create table if not exists ledger (
 """
 
 
+_schema_ready: set[tuple[Path, int]] = set()
+
+
 class Warehouse:
     def __init__(self, paths: AmberPaths):
         self.paths = paths.ensure()
@@ -80,7 +83,9 @@ class Warehouse:
         with self._locked(fcntl.LOCK_EX):
             con = duckdb.connect(str(self.paths.catalog))
             try:
-                con.execute(CATALOG_DDL)
+                if (self.paths.catalog, self.paths.catalog.stat().st_ino) not in _schema_ready:
+                    con.execute(CATALOG_DDL)  # once per process and catalog file, not on every write
+                    _schema_ready.add((self.paths.catalog, self.paths.catalog.stat().st_ino))
                 con.execute("begin transaction")
                 yield con
                 con.execute("commit")
