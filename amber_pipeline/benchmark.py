@@ -43,10 +43,6 @@ class BenchmarkVersion:
     tasks: tuple[TaskSpec, ...]
     root: Path  # the immutable copy
 
-    @property
-    def short_id(self) -> str:
-        return self.id[:12]
-
     def task_path(self, task: TaskSpec) -> Path:
         return self.root / task.folder
 

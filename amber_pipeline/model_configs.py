@@ -32,10 +32,6 @@ class ModelConfiguration:
     def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
         return (input_tokens * self.input_usd_per_mtok + output_tokens * self.output_usd_per_mtok) / 1e6
 
-    @property
-    def is_replay(self) -> bool:
-        return self.replay_file is not None
-
 
 # Replay prices are set to look like a frontier and a small model, so the
 # demo's cost column has the shape a real comparison has.

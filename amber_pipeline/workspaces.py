@@ -49,13 +49,6 @@ def list_for(wh: Warehouse, user: str) -> list[tuple[str, int]]:
                               from members m where m.user_name = ? order by m.workspace""", [user]).fetchall()
 
 
-def add_staff(wh: Warehouse, actor: Actor, user: str) -> None:
-    with wh.write() as con:
-        if not is_staff(con, actor.user):
-            raise AmberError("Only Amber staff can name staff.")
-        con.execute("insert into staff values (?) on conflict do nothing", [user])
-
-
 def acting_workspace(wh: Warehouse, actor: Actor) -> str:
     """The Workspace the actor acts in, checked for membership.
 
