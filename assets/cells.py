@@ -9,8 +9,9 @@ recomputes the cell's Rewards and score over all its stored Trials.
 
 import dagster as dg
 
-from amber_pipeline import pipeline, plots
+from amber_pipeline.analysis import plots
 from amber_pipeline.cells import NO_MODEL
+from amber_pipeline.jobs import cell_run as pipeline
 from assets.resources import WarehouseResource
 
 JOB_TAG = "amber/job"

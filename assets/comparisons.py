@@ -8,7 +8,8 @@ when nothing changed.
 
 import dagster as dg
 
-from amber_pipeline import aggregate, plots
+from amber_pipeline.analysis import plots
+from amber_pipeline.scoring import reaggregation as aggregate
 from assets.cells import cell_aggregates
 from assets.resources import WarehouseResource
 

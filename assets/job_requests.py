@@ -10,8 +10,9 @@ cell run per cell within seconds.
 
 import dagster as dg
 
-from amber_pipeline import identity, quotes, workspaces
-from amber_pipeline.identity import DEFAULT_WORKSPACE
+from amber_pipeline.jobs import quotes
+from amber_pipeline.money import identity, workspaces
+from amber_pipeline.money.identity import DEFAULT_WORKSPACE
 from assets.resources import WarehouseResource
 
 

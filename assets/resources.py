@@ -5,8 +5,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from amber_pipeline.settings import AmberPaths
-from amber_pipeline.warehouse import Warehouse
+from amber_pipeline.paths import AmberPaths
+from amber_pipeline.warehouse.catalog import Warehouse
 
 
 class WarehouseResource(dg.ConfigurableResource):

@@ -4,7 +4,8 @@ from datetime import datetime
 
 import dagster as dg
 
-from amber_pipeline import quotes, retention
+from amber_pipeline.jobs import quotes
+from amber_pipeline.warehouse import retention
 from assets.comparisons import reaggregation_job
 from assets.resources import WarehouseResource
 

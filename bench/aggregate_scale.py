@@ -31,11 +31,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from amber_pipeline import aggregate, stats
 from amber_pipeline.cells import Cell
-from amber_pipeline.records import SCHEMA_VERSION, TRIAL_SCHEMA
-from amber_pipeline.settings import AmberPaths
-from amber_pipeline.warehouse import Warehouse
+from amber_pipeline.paths import AmberPaths
+from amber_pipeline.scoring import bootstrap as stats
+from amber_pipeline.scoring import reaggregation as aggregate
+from amber_pipeline.warehouse.catalog import Warehouse
+from amber_pipeline.warehouse.schemas import SCHEMA_VERSION, TRIAL_SCHEMA
 
 WORKSPACE = "bench"
 BV = "b" * 64

@@ -22,8 +22,12 @@ import time
 import uuid
 from pathlib import Path
 
-from amber_pipeline import agents, benchmark, docker_engine, sandbox, trial_runner
+from amber_pipeline.agents import catalog as agents
+from amber_pipeline.benchmarks import tasks as benchmark
 from amber_pipeline.cells import NO_MODEL, Cell
+from amber_pipeline.jobs import trial_runner
+from amber_pipeline.sandbox import docker_engine
+from amber_pipeline.sandbox import environment as sandbox
 
 TEST_SH = """#!/bin/bash
 mkdir -p /logs/verifier

@@ -10,8 +10,8 @@ for a writer instead of failing on DuckDB's file lock.
 
 import dagster as dg
 
-from amber_pipeline import jobs
 from amber_pipeline.cells import cell_file_id
+from amber_pipeline.jobs import lifecycle as jobs
 from assets.cells import CELLS, JOB_TAG, cell_job, cells
 from assets.resources import WarehouseResource
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from amber_pipeline.settings import AmberPaths
-from amber_pipeline.warehouse import Warehouse
+from amber_pipeline.paths import AmberPaths
+from amber_pipeline.warehouse.catalog import Warehouse
 
 
 @pytest.fixture(autouse=True)

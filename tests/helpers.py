@@ -7,11 +7,12 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-from amber_pipeline import quotes, wallet, workspaces
-from amber_pipeline.identity import DEFAULT_WORKSPACE, Actor, local_user
-from amber_pipeline.jobs import Job
-from amber_pipeline.settings import PROJECT_ROOT
-from amber_pipeline.warehouse import Warehouse
+from amber_pipeline.jobs import quotes
+from amber_pipeline.jobs.lifecycle import Job
+from amber_pipeline.money import wallet, workspaces
+from amber_pipeline.money.identity import DEFAULT_WORKSPACE, Actor, local_user
+from amber_pipeline.paths import PROJECT_ROOT
+from amber_pipeline.warehouse.catalog import Warehouse
 
 
 def funded(wh: Warehouse, workspace: str = DEFAULT_WORKSPACE, amount: str = "100") -> str:

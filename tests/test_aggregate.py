@@ -11,11 +11,14 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from amber_pipeline import aggregate, pipeline, report, stats
 from amber_pipeline.cells import NO_MODEL, Cell, cell_file_id
-from amber_pipeline.records import TrialRecord, trials_table
-from amber_pipeline.settings import AmberPaths
-from amber_pipeline.warehouse import Warehouse
+from amber_pipeline.jobs import cell_run as pipeline
+from amber_pipeline.paths import AmberPaths
+from amber_pipeline.scoring import bootstrap as stats
+from amber_pipeline.scoring import cells as report
+from amber_pipeline.scoring import reaggregation as aggregate
+from amber_pipeline.warehouse.catalog import Warehouse
+from amber_pipeline.warehouse.schemas import TrialRecord, trials_table
 
 BV1, BV2 = "1" * 64, "2" * 64
 TASKS = [f"task-{i}" for i in range(7)]

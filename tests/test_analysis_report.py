@@ -20,15 +20,16 @@ from statsmodels.stats.inter_rater import cohens_kappa
 from statsmodels.stats.proportion import proportion_confint
 from typer.testing import CliRunner
 
-from amber_pipeline import analysis_report as ar
-from amber_pipeline import analysis_stats, report
-from amber_pipeline.cli_report import register
+from amber_pipeline.analysis import report as ar
+from amber_pipeline.analysis import statistics as analysis_stats
+from amber_pipeline.analysis.evidence import TrialEvidence
+from amber_pipeline.cli.report import register
 from amber_pipeline.errors import AmberError
-from amber_pipeline.evidence import TrialEvidence
-from amber_pipeline.identity import Actor
-from amber_pipeline.records import TrialRecord
-from amber_pipeline.settings import AmberPaths
-from amber_pipeline.warehouse import Warehouse
+from amber_pipeline.money.identity import Actor
+from amber_pipeline.paths import AmberPaths
+from amber_pipeline.scoring import cells as report
+from amber_pipeline.warehouse.catalog import Warehouse
+from amber_pipeline.warehouse.schemas import TrialRecord
 
 T0 = datetime(2026, 12, 2, tzinfo=UTC)
 
@@ -482,7 +483,7 @@ def test_cli_bad_labels_file_is_one_sentence(tmp_path: Path) -> None:
 
 def test_cli_plot_without_the_plots_module_says_it_is_unavailable(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "amber_pipeline.plots", None)
+    monkeypatch.setitem(sys.modules, "amber_pipeline.analysis.plots", None)
     app, _, _ = make_app(tmp_path, [ev("a")])
     result = CliRunner().invoke(app, ["report", "job-abc", "--plot", str(tmp_path / "f.png")])
     assert result.exit_code == 1 and "Plotting is unavailable" in str(result.exception)
@@ -490,9 +491,9 @@ def test_cli_plot_without_the_plots_module_says_it_is_unavailable(tmp_path: Path
 
 def test_cli_plot_calls_forest_plot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[dict, Path]] = []
-    fake = types.ModuleType("amber_pipeline.plots")
+    fake = types.ModuleType("amber_pipeline.analysis.plots")
     fake.forest_plot = lambda rep, path: calls.append((rep, path))  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "amber_pipeline.plots", fake)
+    monkeypatch.setitem(sys.modules, "amber_pipeline.analysis.plots", fake)
     app, _, _ = make_app(tmp_path, [ev("a")])
     result = CliRunner().invoke(app, ["report", "job-abc", "--plot", str(tmp_path / "f.png")])
     assert result.exit_code == 0, result.output
@@ -500,7 +501,7 @@ def test_cli_plot_calls_forest_plot(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_report_compares_the_model_routes_of_one_agent() -> None:
-    from amber_pipeline import stats
+    from amber_pipeline.scoring import bootstrap as stats
 
     tasks = [f"t{i}" for i in range(12)]
     strong = [ev(t, model="strong", reward=1.0 if i < 10 else 0.0) for i, t in enumerate(tasks)]

@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom, binomtest, norm
 
-from amber_pipeline import analysis_stats as st
+from amber_pipeline.analysis import statistics as st
 
 sm_prop = pytest.importorskip("statsmodels.stats.proportion")
 import statsmodels.api as sm  # noqa: E402

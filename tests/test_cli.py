@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 from helpers import submit
 
-from amber_pipeline import jobs, pipeline, wallet
-from amber_pipeline.settings import PROJECT_ROOT, AmberPaths
-from amber_pipeline.warehouse import Warehouse
+from amber_pipeline.jobs import cell_run as pipeline
+from amber_pipeline.jobs import lifecycle as jobs
+from amber_pipeline.money import wallet
+from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
+from amber_pipeline.warehouse.catalog import Warehouse
 
 DEMO = PROJECT_ROOT / "examples" / "demo-bench"
 AMBER = [sys.executable, "-m", "amber_pipeline.cli"]

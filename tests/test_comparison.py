@@ -28,14 +28,15 @@ from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import proportion_confint
 from typer.testing import CliRunner
 
-from amber_pipeline import analysis_stats as st
-from amber_pipeline import cli_compare, comparison
-from amber_pipeline.comparison import compare, compare_many, leaderboard, load_board, plan
+from amber_pipeline.analysis import compare as comparison
+from amber_pipeline.analysis import statistics as st
+from amber_pipeline.analysis.compare import compare, compare_many, leaderboard, load_board, plan
+from amber_pipeline.analysis.evidence import TrialEvidence
+from amber_pipeline.cli import compare as cli_compare
 from amber_pipeline.errors import AmberError
-from amber_pipeline.evidence import TrialEvidence
-from amber_pipeline.identity import Actor
-from amber_pipeline.settings import AmberPaths
-from amber_pipeline.warehouse import Warehouse
+from amber_pipeline.money.identity import Actor
+from amber_pipeline.paths import AmberPaths
+from amber_pipeline.warehouse.catalog import Warehouse
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

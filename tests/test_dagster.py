@@ -14,11 +14,11 @@ import dagster as dg
 import pytest
 from helpers import race, submit
 
-from amber_pipeline import jobs
 from amber_pipeline.cells import cell_file_id
 from amber_pipeline.definitions import defs
-from amber_pipeline.settings import PROJECT_ROOT
-from amber_pipeline.warehouse import Warehouse
+from amber_pipeline.jobs import lifecycle as jobs
+from amber_pipeline.paths import PROJECT_ROOT
+from amber_pipeline.warehouse.catalog import Warehouse
 from assets.cells import JOB_TAG, cell_aggregates, cells, rewards, trials
 from assets.comparisons import comparisons
 from assets.resources import WarehouseResource
@@ -207,10 +207,11 @@ def test_cell_run_without_job_tag_fails_with_advice(warehouse: Warehouse, instan
 
 LOCK_WORKER = textwrap.dedent("""
     import json, sys, time
-    from amber_pipeline import jobs, quotes
-    from amber_pipeline.identity import local_user
-    from amber_pipeline.settings import AmberPaths
-    from amber_pipeline.warehouse import Warehouse
+    from amber_pipeline.jobs import lifecycle as jobs
+    from amber_pipeline.jobs import quotes
+    from amber_pipeline.money.identity import local_user
+    from amber_pipeline.paths import AmberPaths
+    from amber_pipeline.warehouse.catalog import Warehouse
 
     bench, seconds = sys.argv[1], float(sys.argv[2])
     wh = Warehouse(AmberPaths.from_env())

@@ -21,9 +21,11 @@ import httpx
 import pytest
 from helpers import funded
 
-from amber_pipeline import embedded, jobs, wallet
-from amber_pipeline.settings import PROJECT_ROOT, AmberPaths
-from amber_pipeline.warehouse import Warehouse
+from amber_pipeline.cli import embedded
+from amber_pipeline.jobs import lifecycle as jobs
+from amber_pipeline.money import wallet
+from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
+from amber_pipeline.warehouse.catalog import Warehouse
 
 pytestmark = [pytest.mark.dagster_ui, pytest.mark.docker]
 

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from amber_pipeline import agents, benchmark, trial_runner
+from amber_pipeline.agents import catalog as agents
+from amber_pipeline.benchmarks import tasks as benchmark
 from amber_pipeline.cells import NO_MODEL, Cell
+from amber_pipeline.jobs import trial_runner
 
 pytestmark = pytest.mark.docker
 
@@ -27,8 +29,8 @@ BASE_IMAGE = "amber-base:bookworm"
 
 @pytest.fixture(scope="module")
 def docker_ready():
-    from amber_pipeline import docker_engine
     from amber_pipeline.errors import AmberError
+    from amber_pipeline.sandbox import docker_engine
 
     try:
         docker_engine.connect(timeout=30).images.get(BASE_IMAGE)

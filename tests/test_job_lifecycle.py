@@ -24,15 +24,20 @@ import dagster as dg
 import pytest
 from helpers import funded
 
-from amber_pipeline import agents, docker_engine, jobs, pipeline, quotes, wallet
+from amber_pipeline.agents import catalog as agents
 from amber_pipeline.cells import NO_MODEL, Cell
 from amber_pipeline.errors import AmberError
-from amber_pipeline.identity import DEFAULT_WORKSPACE, local_user
-from amber_pipeline.records import TrialRecord
-from amber_pipeline.sandbox import SANDBOX_LABEL
-from amber_pipeline.settings import PROJECT_ROOT, AmberPaths
-from amber_pipeline.trial_runner import SANDBOX_USD_PER_HOUR
-from amber_pipeline.warehouse import Warehouse
+from amber_pipeline.jobs import cell_run as pipeline
+from amber_pipeline.jobs import lifecycle as jobs
+from amber_pipeline.jobs import quotes
+from amber_pipeline.jobs.trial_runner import SANDBOX_USD_PER_HOUR
+from amber_pipeline.money import wallet
+from amber_pipeline.money.identity import DEFAULT_WORKSPACE, local_user
+from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
+from amber_pipeline.sandbox import docker_engine
+from amber_pipeline.sandbox.environment import SANDBOX_LABEL
+from amber_pipeline.warehouse.catalog import Warehouse
+from amber_pipeline.warehouse.schemas import TrialRecord
 from assets.resources import WarehouseResource
 
 DEMO = PROJECT_ROOT / "examples" / "demo-bench"

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from amber_pipeline import analysis_stats, judge
+from amber_pipeline.analysis import judge
+from amber_pipeline.analysis import statistics as analysis_stats
+from amber_pipeline.analysis.evidence import TrialEvidence
 from amber_pipeline.errors import AmberError
-from amber_pipeline.evidence import TrialEvidence
-from amber_pipeline.settings import PROJECT_ROOT
+from amber_pipeline.paths import PROJECT_ROOT
 
 DEMO = PROJECT_ROOT / "examples" / "demo-bench"
 REPLAY = json.loads((PROJECT_ROOT / "examples" / "replays" / "judge-replay.json").read_text())

@@ -13,8 +13,8 @@ from harbor.models.trial.error_policy import ERROR_POLICIES
 from harbor.models.trial.result import AgentInfo, ExceptionInfo, StepResult, TrialResult
 from harbor.models.verifier.result import VerifierResult
 
-from amber_pipeline import outcomes
-from amber_pipeline.outcomes import RULES, UNKNOWN_RULE, Kind, ProviderSignal, classify
+from amber_pipeline.jobs import outcomes
+from amber_pipeline.jobs.outcomes import RULES, UNKNOWN_RULE, Kind, ProviderSignal, classify
 
 S, E, C = Kind.SCORED, Kind.ERRORED, Kind.CANCELLED
 # Written out by hand from the concepts page, independent of the module: cause -> (public, private, retry).

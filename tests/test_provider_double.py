@@ -16,7 +16,7 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from amber_pipeline.provider_double import (  # noqa: E402
+from amber_pipeline.models.provider_double import (  # noqa: E402
     DONE_REPLY,
     ProviderDouble,
     Replay,

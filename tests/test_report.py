@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from amber_pipeline import report
-from amber_pipeline.records import TrialRecord
+from amber_pipeline.scoring import cells as report
+from amber_pipeline.warehouse.schemas import TrialRecord
 
 T0 = datetime(2026, 12, 2, tzinfo=UTC)
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from amber_pipeline import retention
-from amber_pipeline.records import TrialRecord, trials_table
-from amber_pipeline.settings import AmberPaths
-from amber_pipeline.warehouse import Warehouse
+from amber_pipeline.paths import AmberPaths
+from amber_pipeline.warehouse import retention
+from amber_pipeline.warehouse.catalog import Warehouse
+from amber_pipeline.warehouse.schemas import TrialRecord, trials_table
 
 NOW = datetime(2026, 12, 2, 12, tzinfo=UTC)
 

@@ -28,8 +28,8 @@ SANDBOX_LABEL = "org.amber.sandbox"
 
 
 def _docker_or_skip():
-    from amber_pipeline import docker_engine
     from amber_pipeline.errors import AmberError
+    from amber_pipeline.sandbox import docker_engine
 
     try:
         client = docker_engine.connect(timeout=30)
@@ -47,8 +47,9 @@ from harbor.environments.definition import environment_content_hash  # noqa: E40
 from harbor.models.task.config import TaskConfig as TaskToml  # noqa: E402
 from harbor.models.trial.paths import TrialPaths  # noqa: E402
 
-from amber_pipeline import outcomes, sandbox, trial_runner  # noqa: E402
-from amber_pipeline.sandbox import AmberSandbox  # noqa: E402
+from amber_pipeline.jobs import outcomes, trial_runner  # noqa: E402
+from amber_pipeline.sandbox import environment as sandbox  # noqa: E402
+from amber_pipeline.sandbox.environment import AmberSandbox  # noqa: E402
 
 trial_runner.quiet_harbor()
 
@@ -141,7 +142,7 @@ def run_trial(task: Path, trials_dir: Path, agent: str, trial_name: str):
     config = TrialConfig(
         task=TaskConfig(path=task), trials_dir=trials_dir, trial_name=trial_name,
         agent=AgentConfig(name=agent),
-        environment=EnvironmentConfig(import_path="amber_pipeline.sandbox:AmberSandbox"))
+        environment=EnvironmentConfig(import_path="amber_pipeline.sandbox.environment:AmberSandbox"))
 
     async def go():
         return await (await Trial.create(config)).run()

@@ -19,13 +19,16 @@ import typer
 from helpers import submit
 from typer.testing import CliRunner
 
-from amber_pipeline import cli_sources, jobs, pipeline, sources
+from amber_pipeline.analysis import sources
+from amber_pipeline.analysis.evidence import TrialEvidence
+from amber_pipeline.cli import imports as cli_sources
 from amber_pipeline.errors import AmberError
-from amber_pipeline.evidence import TrialEvidence
-from amber_pipeline.identity import Actor
-from amber_pipeline.records import TrialRecord, trials_table
-from amber_pipeline.settings import PROJECT_ROOT, AmberPaths
-from amber_pipeline.warehouse import Warehouse
+from amber_pipeline.jobs import cell_run as pipeline
+from amber_pipeline.jobs import lifecycle as jobs
+from amber_pipeline.money.identity import Actor
+from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
+from amber_pipeline.warehouse.catalog import Warehouse
+from amber_pipeline.warehouse.schemas import TrialRecord, trials_table
 
 GOLDEN = Path(__file__).parent / "golden"
 JOBS = ["demo-bounds", "demo-terminus", "demo-broken", "demo-edited"]
@@ -325,7 +328,7 @@ def test_from_amber_on_a_real_job(tmp_path: Path) -> None:
 
 
 def test_failure_causes_view_over_an_imported_folder(tmp_path: Path) -> None:
-    from amber_pipeline.analysis_report import failure_cause
+    from amber_pipeline.analysis.report import failure_cause
 
     wh = wh_at(tmp_path)
     sources.import_harbor(wh, WS, GOLDEN / "demo-broken")

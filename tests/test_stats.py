@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from amber_pipeline.stats import (
+from amber_pipeline.scoring.bootstrap import (
     DEFAULT_SEED,
     N_RESAMPLES,
     Interval,

@@ -27,13 +27,16 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import funded, race, submit
 
-from amber_pipeline import jobs, pipeline, quotes, wallet
 from amber_pipeline.cells import cell_file_id
-from amber_pipeline.identity import Actor, local_user
-from amber_pipeline.records import TrialRecord
-from amber_pipeline.sandbox import SANDBOX_LABEL
-from amber_pipeline.settings import PROJECT_ROOT, AmberPaths
-from amber_pipeline.warehouse import Warehouse
+from amber_pipeline.jobs import cell_run as pipeline
+from amber_pipeline.jobs import lifecycle as jobs
+from amber_pipeline.jobs import quotes
+from amber_pipeline.money import wallet
+from amber_pipeline.money.identity import Actor, local_user
+from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
+from amber_pipeline.sandbox.environment import SANDBOX_LABEL
+from amber_pipeline.warehouse.catalog import Warehouse
+from amber_pipeline.warehouse.schemas import TrialRecord
 
 DEMO_BENCH = PROJECT_ROOT / "examples" / "demo-bench"
 WORKSPACE = "race"
@@ -52,10 +55,10 @@ WALLET_WORKER = textwrap.dedent("""
     import json, sys, time
     from datetime import UTC, datetime
     from decimal import Decimal
-    from amber_pipeline import wallet
+    from amber_pipeline.money import wallet
     from amber_pipeline.errors import AmberError
-    from amber_pipeline.settings import AmberPaths
-    from amber_pipeline.warehouse import Warehouse
+    from amber_pipeline.paths import AmberPaths
+    from amber_pipeline.warehouse.catalog import Warehouse
 
     me, workspace, seconds = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
     wh = Warehouse(AmberPaths.from_env())
@@ -234,9 +237,9 @@ SLOW_VERIFIER_SEC = 6  # the last two Trials verify this long, so they are surel
 
 CELL_WORKER = textwrap.dedent("""
     import sys
-    from amber_pipeline import pipeline
-    from amber_pipeline.settings import AmberPaths
-    from amber_pipeline.warehouse import Warehouse
+    from amber_pipeline.jobs import cell_run as pipeline
+    from amber_pipeline.paths import AmberPaths
+    from amber_pipeline.warehouse.catalog import Warehouse
 
     pipeline.run_trials(Warehouse(AmberPaths.from_env()), sys.argv[1], sys.argv[2])
 """)

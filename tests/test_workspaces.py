@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from amber_pipeline.records import TrialRecord, trials_table
-from amber_pipeline.settings import PROJECT_ROOT, AmberPaths
-from amber_pipeline.warehouse import Warehouse
+from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
+from amber_pipeline.warehouse.catalog import Warehouse
+from amber_pipeline.warehouse.schemas import TrialRecord, trials_table
 
 DEMO = PROJECT_ROOT / "examples" / "demo-bench"
 

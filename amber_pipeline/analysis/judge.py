@@ -1,0 +1,153 @@
+"""A model judge: sorts failed Trials into the stage where they went wrong.
+
+Stages (evaluation-analysis.md, section 3): understand (misread the goal),
+write (the work itself was wrong), verify (did the work but never checked
+it), other. The judge calls a Model Configuration the way Amber's Agents do
+(litellm, OpenAI wire format, the Model Configuration's endpoint) several
+times per Trial. Its own consistency comes first: Krippendorff's alpha over
+its samples (< 0.667 unusable, 0.667-0.8 tentative, >= 0.8 usable); then,
+given stage labels, its agreement with them. The judge reads the Task's
+Instruction and the Trial's trajectory to decide, but its report holds only
+stages and numbers, never what it read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from amber_pipeline.analysis import statistics as analysis_stats
+from amber_pipeline.analysis.evidence import TrialEvidence
+from amber_pipeline.errors import AmberError
+from amber_pipeline.jobs.trial_runner import quiet_harbor
+from amber_pipeline.models import configurations as model_configs
+
+STAGES = ("understand", "write", "verify", "other")
+TRAJECTORY_CHARS = 6_000
+PROMPT = """You review a failed attempt of an AI agent at a task. Say at which stage it went wrong:
+"understand" (it misread the goal), "write" (its work was wrong), "verify" (it did not check its work),
+or "other". Answer with JSON only: {{"stage": "<stage>"}}.
+
+Task instruction:
+{instruction}
+
+What the agent did (last steps of its trajectory):
+{trajectory}
+"""
+
+
+@dataclass(frozen=True)
+class Judgement:
+    trial_name: str
+    task_name: str
+    samples: tuple[str, ...]
+
+    @property
+    def stage(self) -> str:
+        """The most common sample; ties go to the earlier stage in STAGES."""
+        counts = Counter(self.samples)
+        return max(STAGES, key=lambda s: (counts[s], -STAGES.index(s)))
+
+
+def alpha_guidance(alpha: float) -> str:
+    if alpha != alpha:
+        return "The samples cannot be compared (too few, or all one stage): alpha is undefined."
+    if alpha < 0.667:
+        return "The judge disagrees with itself too often (alpha < 0.667): do not use its stages."
+    if alpha < 0.8:
+        return "The judge is tentatively consistent (0.667 <= alpha < 0.8): use its stages with care."
+    return "The judge is consistent (alpha >= 0.8): its stages are usable."
+
+
+def judge(evidence: list[TrialEvidence], model: str, samples: int = 3,
+          stage_labels: dict[str, str] | None = None) -> dict:
+    """Judge every failed scored attempt `samples` times; report stages, self-agreement and label agreement."""
+    if not 1 <= samples <= 10:
+        raise AmberError(f"--samples must be from 1 to 10, not {samples}.")
+    mc = model_configs.get(model)
+    failed = [e for e in evidence if e.scored and not e.passed and e.model is not None]  # bounds call no model
+    cases = [(e, _instruction(e), _trajectory(e)) for e in failed]
+    cases = [(e, i, t) for e, i, t in cases if i is not None]
+    if not cases:
+        raise AmberError("There is no failed Trial with its Task folder at hand to judge.")
+    with _endpoint(mc, {e.task_name: i for e, i, _ in cases if i}) as base_url:
+        judgements = [Judgement(e.trial_name, e.task_name,
+                                tuple(_ask(mc, base_url, PROMPT.format(instruction=i, trajectory=t))
+                                      for _ in range(samples)))
+                      for e, i, t in cases]
+    units = [list(j.samples) for j in judgements]
+    alpha = analysis_stats.krippendorff_alpha_nominal(units) if samples > 1 else float("nan")
+    out: dict = {
+        "model_configuration": model, "samples": samples, "judged": len(judgements),
+        "skipped": len(failed) - len(judgements),
+        "stages": dict(Counter(j.stage for j in judgements).most_common()),
+        "sample_agreement": sum(len(set(j.samples)) == 1 for j in judgements) / len(judgements),
+        "samples_alpha": None if alpha != alpha else alpha, "samples_guidance": alpha_guidance(alpha),
+        "trials": [{"trial": j.trial_name, "task": j.task_name, "stage": j.stage, "samples": list(j.samples)}
+                   for j in judgements],
+    }
+    if stage_labels:
+        labelled = [j for j in judgements if j.trial_name in stage_labels]
+        if labelled:
+            judged = [j.stage for j in labelled]
+            truth = [stage_labels[j.trial_name] for j in labelled]
+            kappa = analysis_stats.cohen_kappa(judged, truth)
+            pairs = [[a, b] for a, b in zip(judged, truth, strict=True)]
+            label_alpha = analysis_stats.krippendorff_alpha_nominal(pairs)
+            out["labels"] = {"n_labels": len(labelled),
+                             "agreement": sum(a == b for a, b in zip(judged, truth, strict=True)) / len(labelled),
+                             "cohen_kappa": None if kappa != kappa else kappa,
+                             "krippendorff_alpha": None if label_alpha != label_alpha else label_alpha}
+    return out
+
+
+def _instruction(e: TrialEvidence) -> str | None:
+    """The Task's Instruction, from the Trial folder's config (the Task folder it ran)."""
+    if not e.trial_dir:
+        return None
+    try:
+        config = json.loads((Path(e.trial_dir) / "config.json").read_text())
+        return (Path(config["task"]["path"]) / "instruction.md").read_text().strip()
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _trajectory(e: TrialEvidence) -> str:
+    try:
+        steps = json.loads((Path(e.trial_dir or "") / "agent" / "trajectory.json").read_text())["steps"]
+    except (OSError, KeyError, ValueError):
+        return "(no trajectory)"
+    text = "\n".join(f"[{s.get('source')}] {str(s.get('message', ''))[:800]}" for s in steps)
+    return text[-TRAJECTORY_CHARS:]
+
+
+@contextlib.contextmanager
+def _endpoint(mc: model_configs.ModelConfiguration, instructions: dict[str, str]) -> Iterator[str | None]:
+    """Where the Model Configuration answers: the provider double for a replay."""
+    if mc.replay_file is None:
+        yield None
+        return
+    from amber_pipeline.models.provider_double import ProviderDouble, load_replay
+
+    os.environ.setdefault("OPENAI_API_KEY", "replay-needs-no-key")
+    with ProviderDouble([load_replay(mc.replay_file)], instructions) as double:
+        yield double.base_url
+
+
+def _ask(mc: model_configs.ModelConfiguration, base_url: str | None, prompt: str) -> str:
+    quiet_harbor()
+    import litellm
+
+    try:
+        reply = litellm.completion(model=f"openai/{mc.model}", api_base=base_url,
+                                   messages=[{"role": "user", "content": prompt}], **mc.settings)
+        stage = json.loads(reply.choices[0].message.content).get("stage")
+    except (ValueError, AttributeError, litellm.exceptions.APIError) as e:
+        raise AmberError(f"The judge {mc.name} did not answer ({type(e).__name__}): check the Model "
+                         "Configuration and try again.") from None
+    return stage if stage in STAGES else "other"

@@ -1,0 +1,228 @@
+"""`amber compare`, `amber leaderboard` and `amber plan`: the commands over :mod:`comparison`.
+
+``register`` adds them to an app, given how the app finds the acting Workspace and how it loads a
+source (an Amber Job id or a Harbor job folder) as ``TrialEvidence``. Percent everywhere on the
+command line: ``--rate 60`` and ``--flip-share 10`` mean 60% and 10%; changes and margins are in
+percentage points.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from amber_pipeline.analysis import compare as comparison
+from amber_pipeline.analysis.evidence import TrialEvidence
+from amber_pipeline.errors import AmberError
+from amber_pipeline.money import wallet
+from amber_pipeline.money.identity import Actor
+from amber_pipeline.warehouse.catalog import Warehouse
+
+Acting = Callable[[], tuple[Warehouse, Actor, str]]
+LoadSource = Callable[[Warehouse, str, str], list[TrialEvidence]]
+SHOWN_CASES = 10
+
+
+def _console() -> Console:
+    return Console(width=None if sys.stdout.isatty() else 120, highlight=False)
+
+
+def _pts(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.1f}"
+
+
+def _ci(ci: list[float | None]) -> str:
+    return f"[{_pts(ci[0])}, {_pts(ci[1])}]"
+
+
+def _money(x: float) -> str:
+    return wallet.show(wallet.usd(x))
+
+
+def _cases(label: str, cases: list[dict[str, str]], by_route: bool) -> str:
+    names = [f"{c['task']} ({c['route']})" if by_route else c["task"] for c in cases[:SHOWN_CASES]]
+    more = f" and {len(cases) - SHOWN_CASES} more" if len(cases) > SHOWN_CASES else ""
+    return f"  {label} ({len(cases)}): {', '.join(names) or 'none'}{more}"
+
+
+def comparison_lines(baseline: str, candidate: str, r: dict[str, Any]) -> list[str]:
+    """A comparison as plain lines, ending with the advice and the costs."""
+    how = "by Task and route" if r["pairing"] == comparison.BY_ROUTE else "by Task only"
+    margin = f" (margin {r['margin_points']:g} points)" if r["margin_points"] is not None else " (no margin)"
+    q = f", Benjamini-Hochberg q = {r['q_value']:.3g}" if "q_value" in r else ""
+    flip = r["detectable_change_points"]
+    mrd = r["mean_reward_difference"]
+    lines = [
+        f"{candidate} vs {baseline}: {r['paired_cases']} paired cases, paired {how}",
+        f"  pass rate: baseline {r['baseline_rate_percent']:.1f}%, candidate {r['candidate_rate_percent']:.1f}%, "
+        f"difference {_pts(r['difference_points'])} points, 95% CI {_ci(r['difference_ci95'])}",
+        f"  verdict: {r['verdict']}{margin}; exact McNemar p = {r['p_value']:.3g}{q}",
+        "  detectable change for paired rounds of this size: "
+        + ("n/a" if flip is None else f"{flip:.1f} points")
+        + f" ({r['flip_share_percent']:.0f}% of results flipped)",
+        f"  mean Reward difference: {'n/a' if mrd['mean'] is None else format(mrd['mean'], '+.3f')}, 95% CI "
+        f"[{'n/a' if mrd['ci95'][0] is None else format(mrd['ci95'][0], '+.3f')}, "
+        f"{'n/a' if mrd['ci95'][1] is None else format(mrd['ci95'][1], '+.3f')}] over {mrd['n_shared_tasks']} "
+        f"cases{': too close to call' if mrd['too_close_to_call'] else ''}",
+    ]
+    by_route = r["pairing"] == comparison.BY_ROUTE and len(r["routes"]["baseline"]) > 1
+    lines += [_cases("improved", r["improved_cases"], by_route), _cases("regressed", r["regressed_cases"], by_route)]
+    lines += [f"  caveat: {c}" for c in r["caveats"]]
+    lines.append(f"  {r['advice']}")
+    lines.append(f"  Cost on the paired Tasks: baseline {_money(r['cost_usd']['baseline'])}, candidate "
+                 f"{_money(r['cost_usd']['candidate'])}.")
+    return lines
+
+
+def _routes_per_side(route: list[str] | None, sides: int) -> list[str | None]:
+    if not route:
+        return [None] * sides
+    if len(route) == 1:
+        return [route[0]] * sides
+    if len(route) != sides:
+        raise AmberError(f"Give --route once for every side or once per side ({sides} here, baseline first), "
+                         f"not {len(route)} times.")
+    return [*route]
+
+
+def _percent(value: float, name: str) -> float:
+    if not 0.0 <= value <= 100.0:
+        raise AmberError(f"{name} is a percent from 0 to 100, got {value:g}.")
+    return value / 100.0
+
+
+def register(app: typer.Typer, acting: Acting, load_source: LoadSource) -> None:
+    """Add `compare`, `leaderboard` and `plan` to ``app``."""
+
+    @app.command("compare")
+    def compare_cmd(
+        baseline: Annotated[str, typer.Argument(help="The baseline: an Amber Job id or a Harbor job folder.")],
+        candidates: Annotated[list[str], typer.Argument(help="One or more candidates, of the same kinds.")],
+        margin_points: Annotated[float | None, typer.Option(
+            "--margin-points", help="The margin in points (0 to 100], chosen before the runs.")] = None,
+        route: Annotated[list[str] | None, typer.Option(
+            "--route", help="Keep one route (agent/model): once for all sides, or once per side, baseline "
+                            "first.")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+        plot: Annotated[Path | None, typer.Option("--plot", help="Write a forest plot of the differences (PNG), "
+                                                  "with zero and the margin marked.")] = None,
+    ) -> None:
+        """Compare candidates with a baseline on paired cases: interval, verdict, caveats, advice and costs."""
+        routes = _routes_per_side(route, 1 + len(candidates))
+        wh, _, workspace = acting()
+        base = load_source(wh, workspace, baseline)
+        names: list[str] = []
+        for source, r in zip(candidates, routes[1:], strict=True):
+            name = source if len(route or []) < 2 else f"{source} {r}"
+            names.append(name if name not in names else f"{name} #{len(names) + 1}")
+        cands = {n: load_source(wh, workspace, s) for n, s in zip(names, candidates, strict=True)}
+        base_name = baseline if len(route or []) < 2 else f"{baseline} {routes[0]}"
+        if len(cands) == 1:
+            result = comparison.compare(base, cands[names[0]], margin_points=margin_points, route=routes[0],
+                                        candidate_route=routes[1])
+            results = {names[0]: result}
+            payload: dict[str, Any] = {"baseline": base_name, "candidate": names[0], **result}
+        else:
+            many = comparison.compare_many(base, cands, margin_points, route=routes[0],
+                                           candidate_routes={n: r for n, r in zip(names, routes[1:], strict=True)
+                                                             if r is not None})
+            results = many["comparisons"]
+            payload = {"baseline": base_name, **many}
+        if plot is not None:
+            from amber_pipeline.analysis import plots
+
+            rows = [plots.Row(name, r["difference_points"] or math.nan,
+                              *(math.nan if v is None else v for v in r["difference_ci95"]))
+                    for name, r in results.items()]
+            plots.forest([], rows, plot, title=f"Candidate minus baseline ({base_name})", margin=margin_points,
+                         difference_axis="difference in pass rate, points")
+        if as_json:
+            print(json.dumps(payload, indent=2))
+            return
+        out = _console()
+        for i, (name, result) in enumerate(results.items()):
+            if i:
+                out.print()
+            for line in comparison_lines(base_name, name, result):
+                out.print(line, markup=False)
+
+    @app.command("leaderboard")
+    def leaderboard_cmd(
+        source: Annotated[str, typer.Argument(help="The round: an Amber Job id or a Harbor job folder.")],
+        board: Annotated[Path, typer.Option("--board", help="A .csv or .json file of rows: agent, model, "
+                                            "pass_rate (percent), trials_per_task.")],
+        route: Annotated[str | None, typer.Option("--route", help="The route to place, when the round has "
+                                                  "several.")] = None,
+        total_tasks: Annotated[int | None, typer.Option("--total-tasks", help="Tasks in the Benchmark Version, "
+                                                        "for the strict pass rate.")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    ) -> None:
+        """Place a round on a public board by pass rate and strict pass rate, each as a range of ranks."""
+        rows = comparison.load_board(board)
+        wh, _, workspace = acting()
+        result = comparison.leaderboard(load_source(wh, workspace, source), rows, all_tasks=total_tasks, route=route)
+        if as_json:
+            print(json.dumps({"source": source, **result}, indent=2))
+            return
+        out = _console()
+        for label, key in (("pass rate", "pass_rate"), ("strict pass rate", "strict_pass_rate")):
+            rate, (lo, hi), (best, worst) = result[f"{key}_percent"], result[f"{key}_ci95"], result[f"{key}_rank"]
+            shown = "n/a" if rate is None else f"{rate:.1f}% [{lo:.1f}, {hi:.1f}]"
+            out.print(f"{source} ({result['route']}): {label} {shown} -> rank {best} to {worst} of "
+                      f"{result['positions']}", markup=False)
+        table = Table(title="Board")
+        for col in ("agent", "model", "pass rate", "Trials/Task"):
+            table.add_column(col, justify="right" if col in ("pass rate", "Trials/Task") else "left")
+        for row in result["board"]:
+            table.add_row(row["agent"], row["model"], f"{row['pass_rate']:.1f}%",
+                          "?" if row["trials_per_task"] is None else str(row["trials_per_task"]))
+        out.print(table)
+        for c in result["caveats"]:
+            out.print(f"caveat: {c}", markup=False)
+
+    @app.command("plan")
+    def plan_cmd(
+        tasks: Annotated[int | None, typer.Option("--tasks", help="Tasks in the round.")] = None,
+        attempts: Annotated[int, typer.Option("--attempts", help="Attempts per Task.")] = 1,
+        rate: Annotated[float, typer.Option("--rate", help="Expected pass rate, percent (0-100).")] = 50.0,
+        flip_share: Annotated[float, typer.Option(
+            "--flip-share", help="Percent of results that flip between two runs on the same Tasks (0-100].")] = 10.0,
+        change: Annotated[float | None, typer.Option(
+            "--change", help="A change in points: how many Tasks it needs.")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    ) -> None:
+        """What a round can detect (80% power), and how many Tasks a change needs; rates in percent."""
+        if tasks is None:
+            raise AmberError("Give the number of Tasks in the round with --tasks N.")
+        result = comparison.plan(tasks, attempts, _percent(rate, "--rate"), _percent(flip_share, "--flip-share"),
+                                 change)
+        if as_json:
+            print(json.dumps(result, indent=2))
+            return
+        out = _console()
+        detect = result["detectable_change_points"]
+        same, other = detect["same_tasks"], detect["other_tasks"]
+        each = f"{attempts} attempt{'s' if attempts > 1 else ''} each"
+        out.print(f"A round of {tasks} Tasks ({each}, {result['trials_per_side']} Trials per side) "
+                  "detects, with 80% power at two-sided 5%:")
+        out.print(f"  on the same Tasks, with {flip_share:g}% of results flipping: "
+                  + ("nothing" if same is None else f"a change of {same:.1f} points"))
+        out.print(f"  on other Tasks, at a {rate:g}% pass rate: "
+                  + ("nothing" if other is None else f"a change of {other:.1f} points"))
+        if result["tasks_needed"] is not None:
+            need = result["tasks_needed"]
+            out.print(f"A change of {change:g} points needs "
+                      + ("no number of Tasks" if need["same_tasks"] is None else f"{need['same_tasks']} Tasks")
+                      + " on the same Tasks and "
+                      + ("no number of Tasks" if need["other_tasks"] is None else f"{need['other_tasks']} Tasks")
+                      + " on other Tasks.")
+        for note in result["notes"]:
+            out.print(f"note: {note}", markup=False)

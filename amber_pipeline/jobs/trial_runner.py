@@ -1,0 +1,178 @@
+"""Runs the Trials of one cell of a Job through Harbor's trial engine.
+
+Each Trial is a Harbor `Trial` with Amber's sandbox (`sandbox.AmberSandbox`)
+and the cell's Agent. A Trial that fails in any way becomes a row with its
+outcome, error type and message: one bad Trial never sinks the cell. An
+Errored Trial is retried when `outcomes` says so (at most twice more). While
+Trials run, a watcher asks `keep_going` every second; once the Job is
+cancelled or at its ceiling, no new Trial starts and the in-flight ones are
+cancelled, which makes Harbor stop them and remove their sandboxes.
+
+Trial folders are named `<task>__<attempt>` so a cell run that crashed and
+is run again replaces its Trials instead of adding to them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from amber_pipeline.agents import catalog as agents
+from amber_pipeline.benchmarks.tasks import BenchmarkVersion, TaskSpec
+from amber_pipeline.cells import Cell
+from amber_pipeline.jobs import outcomes
+from amber_pipeline.models import configurations as model_configs
+from amber_pipeline.sandbox import docker_engine
+from amber_pipeline.warehouse.schemas import TrialRecord
+
+SANDBOX_USD_PER_HOUR = 0.05  # the embedded default's price of one sandbox-hour
+DEFAULT_CONCURRENCY = 2
+WATCH_INTERVAL_SEC = 1.0
+
+
+@dataclass(frozen=True)
+class CellRun:
+    job_id: str
+    cell: Cell
+    benchmark: BenchmarkVersion
+    trials_per_task: int
+    run_dir: Path
+    workspace: str
+    private: bool = False  # a Workspace's own Benchmark: Task failures are Reward 0, not Errored
+
+
+def quiet_harbor() -> None:
+    """Keep Harbor and litellm off the internet (price list, telemetry)."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("HARBOR_TELEMETRY", "off")
+
+
+def trial_name(task: TaskSpec, attempt: int) -> str:
+    return f"{task.name[:40]}__{attempt}"
+
+
+def run_cell(run: CellRun, *, concurrency: int = DEFAULT_CONCURRENCY,
+             on_trial_done: Callable[[TrialRecord], None] | None = None,
+             keep_going: Callable[[], bool] | None = None) -> list[TrialRecord]:
+    """Run the cell's Trials (Tasks x Trials per Task); one record per Trial that started."""
+    quiet_harbor()
+    docker_engine.connect()
+    from amber_pipeline.sandbox.environment import remove_sandboxes_under  # deferred: imports Harbor
+
+    remove_sandboxes_under(run.run_dir)  # left by an earlier run of this cell that was killed
+    agent = agents.get(run.cell.agent)
+    mc = model_configs.get(run.cell.model_configuration) if agent.needs_model else None
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        base_url = None
+        if mc is not None and mc.replay_file is not None:
+            from amber_pipeline.models.provider_double import ProviderDouble, load_replay
+
+            double = ProviderDouble([load_replay(mc.replay_file)],
+                                    {t.name: t.instruction for t in run.benchmark.tasks})
+            base_url = stack.enter_context(double).base_url
+            os.environ.setdefault("OPENAI_API_KEY", "replay-needs-no-key")
+        runner = _CellRunner(run, agent, mc, base_url, on_trial_done, keep_going or (lambda: True))
+        return asyncio.run(runner.run_all(concurrency))
+
+
+@dataclass
+class _CellRunner:
+    run: CellRun
+    agent: agents.AgentSpec
+    mc: model_configs.ModelConfiguration | None
+    base_url: str | None
+    on_trial_done: Callable[[TrialRecord], None] | None
+    keep_going: Callable[[], bool]
+
+    async def run_all(self, concurrency: int) -> list[TrialRecord]:
+        gate = asyncio.Semaphore(concurrency)
+        work = [asyncio.ensure_future(self._one(gate, t, a))
+                for a in range(1, self.run.trials_per_task + 1) for t in self.run.benchmark.tasks]
+        watcher = asyncio.ensure_future(self._watch(work))
+        try:
+            done = await asyncio.gather(*work)
+        finally:
+            watcher.cancel()
+        return [r for r in done if r is not None]
+
+    async def _watch(self, work: Sequence[asyncio.Future]) -> None:
+        while not all(w.done() for w in work):
+            await asyncio.sleep(WATCH_INTERVAL_SEC)
+            if not await asyncio.to_thread(self.keep_going):
+                for w in work:
+                    w.cancel()
+                return
+
+    async def _one(self, gate: asyncio.Semaphore, task: TaskSpec, attempt: int) -> TrialRecord | None:
+        try:
+            async with gate:
+                if not await asyncio.to_thread(self.keep_going):
+                    return None  # the Job stopped: no new Trial starts
+                for retry in range(outcomes.MAX_RETRIES + 1):
+                    record, retry_again = await self._trial(task, attempt, retry)
+                    if not retry_again or retry == outcomes.MAX_RETRIES:
+                        break
+        except asyncio.CancelledError:
+            return None  # stopped before it began
+        if self.on_trial_done is not None:
+            self.on_trial_done(record)
+        return record
+
+    async def _trial(self, task: TaskSpec, attempt: int, retry: int) -> tuple[TrialRecord, bool]:
+        from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfig, TrialConfig
+        from harbor.trial.trial import Trial
+
+        run, mc = self.run, self.mc
+        name = trial_name(task, attempt)
+        trial_dir = run.run_dir / name
+        shutil.rmtree(trial_dir, ignore_errors=True)
+        kwargs: dict[str, object] = dict(self.agent.settings)
+        if mc is not None:
+            kwargs |= {"api_base": self.base_url, **mc.settings}
+        config = TrialConfig(
+            task=TaskConfig(path=run.benchmark.task_path(task)),
+            trials_dir=run.run_dir,
+            trial_name=name,
+            agent=AgentConfig(name=self.agent.name, model_name=f"openai/{mc.model}" if mc else None,
+                              kwargs=kwargs),
+            environment=EnvironmentConfig(import_path="amber_pipeline.sandbox.environment:AmberSandbox"),
+        )
+        started = datetime.now(UTC)
+        input_tokens = output_tokens = 0
+        image_id = None
+        try:
+            trial = await Trial.create(config)
+            result = await trial.run()
+            image_id = getattr(trial.agent_environment, "image_id", None)
+            outcome = outcomes.from_harbor(result, private=run.private)
+            if result.agent_result is not None:
+                input_tokens = result.agent_result.n_input_tokens or 0
+                output_tokens = result.agent_result.n_output_tokens or 0
+            started = result.started_at or started
+            finished = result.finished_at or datetime.now(UTC)
+        except asyncio.CancelledError as exc:  # the Job stopped while this Trial ran
+            outcome = outcomes.from_exception(exc, private=run.private)
+            finished = datetime.now(UTC)
+        except Exception as exc:  # noqa: BLE001 - a failed Trial is a row, never a sunk cell
+            outcome = outcomes.from_exception(exc, private=run.private)
+            finished = datetime.now(UTC)
+        duration = (finished - started).total_seconds()
+        cost = duration / 3600 * SANDBOX_USD_PER_HOUR
+        if mc is not None:
+            cost += mc.cost_usd(input_tokens, output_tokens)
+        record = TrialRecord(
+            workspace=run.workspace, job_id=run.job_id, cell_key=run.cell.key, benchmark_version_id=run.benchmark.id,
+            task_name=task.name, attempt=attempt, trial_name=name, agent=self.agent.name,
+            agent_version=self.agent.agent_version(image_id), model_configuration=run.cell.model_configuration,
+            outcome=str(outcome.kind), reward=outcome.reward, errored=outcome.errored, retries=retry,
+            error_type=outcome.error_type, error_message=outcome.error_message, input_tokens=input_tokens,
+            output_tokens=output_tokens, cost_usd=round(cost, 6), started_at=started, finished_at=finished,
+            duration_sec=duration, image_id=image_id, trial_dir=str(trial_dir))
+        return record, outcome.retry

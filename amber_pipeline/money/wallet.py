@@ -1,0 +1,205 @@
+"""The Wallet: a Workspace's prepaid balance, kept as an append-only ledger.
+
+Four kinds of entry, all with non-negative amounts:
+- credit: money staff add by hand, with a reason (balance goes up);
+- reservation: a Quote's amount set aside for its Job (the Job's ceiling);
+- charge: what one Trial attempt cost, drawn from its Quote's reservation;
+- refund: the unspent rest of a reservation, released when its Job ends or
+  its Quote expires (Amber's "release" is a refund entry).
+
+    balance   = credits - charges
+    reserved  = reservations - charges - refunds
+    available = balance - reserved
+
+No entry is ever updated or deleted; every entry has a unique `entry_key`
+(a charge's is its Trial attempt), so a retried write, a restarted run or two
+racing processes write it once. Writes run inside the catalog's exclusive
+lock, so the check "is enough available" and the write are one step and the
+available amount never goes below zero.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+
+import duckdb
+
+from amber_pipeline.errors import AmberError
+from amber_pipeline.money import workspaces
+from amber_pipeline.money.identity import Actor
+from amber_pipeline.warehouse.catalog import Warehouse
+
+CENT = Decimal("0.01")
+MICRO = Decimal("0.000001")
+
+
+def usd(amount: float | Decimal | str) -> Decimal:
+    """Money as an exact decimal of micro-dollars."""
+    return Decimal(str(amount)).quantize(MICRO, rounding=ROUND_HALF_UP)
+
+
+def show(amount: Decimal) -> str:
+    """Dollars with cents, or with micro-dollars when the amount has them."""
+    return f"${amount:,.2f}" if amount == amount.quantize(CENT) else f"${amount:,.6f}"
+
+
+@dataclass(frozen=True)
+class Entry:
+    seq: int
+    at: datetime
+    kind: str
+    amount: Decimal
+    reason: str | None
+    quote_id: str | None
+    job_id: str | None
+    trial_key: str | None
+
+
+@dataclass(frozen=True)
+class WalletState:
+    workspace: str
+    balance: Decimal
+    reserved: Decimal
+    available: Decimal
+
+
+_SUMS = """select
+    coalesce(sum(amount) filter (where kind = 'credit'), 0),
+    coalesce(sum(amount) filter (where kind = 'reservation'), 0),
+    coalesce(sum(amount) filter (where kind = 'charge'), 0),
+    coalesce(sum(amount) filter (where kind = 'refund'), 0)
+    from ledger where {where}"""
+
+
+def state(con: duckdb.DuckDBPyConnection, workspace: str) -> WalletState:
+    credit, reservation, charge, refund = _sums(con, "workspace = ?", [workspace])
+    balance = credit - charge
+    reserved = reservation - charge - refund
+    return WalletState(workspace, balance, reserved, balance - reserved)
+
+
+def entries(con: duckdb.DuckDBPyConnection, workspace: str) -> list[Entry]:
+    rows = con.execute("select seq, created_at, kind, amount, reason, quote_id, job_id, trial_key from ledger "
+                       "where workspace = ? order by seq", [workspace]).fetchall()
+    return [Entry(*r) for r in rows]
+
+
+def quote_remaining(con: duckdb.DuckDBPyConnection, quote_id: str) -> Decimal:
+    """What is left of a Quote's reservation: reserved - charged - refunded."""
+    _, reservation, charge, refund = _sums(con, "quote_id = ?", [quote_id])
+    return reservation - charge - refund
+
+
+def quote_totals(con: duckdb.DuckDBPyConnection, quote_id: str) -> tuple[Decimal, Decimal, Decimal]:
+    """(reserved, charged, refunded) of one Quote."""
+    _, reservation, charge, refund = _sums(con, "quote_id = ?", [quote_id])
+    return reservation, charge, refund
+
+
+def _sums(con: duckdb.DuckDBPyConnection, where: str, params: list) -> tuple[Decimal, ...]:
+    row = con.execute(_SUMS.format(where=where), params).fetchone()
+    assert row is not None
+    return tuple(Decimal(v) for v in row)
+
+
+def _append(con: duckdb.DuckDBPyConnection, *, workspace: str, kind: str, amount: Decimal, entry_key: str,
+            reason: str | None = None, quote_id: str | None = None, job_id: str | None = None,
+            trial_key: str | None = None, at: datetime | None = None) -> bool:
+    """Append one entry unless its key is already there; True when written."""
+    written = con.execute(
+        "insert into ledger (created_at, workspace, kind, amount, reason, quote_id, job_id, trial_key, entry_key) "
+        "values (?, ?, ?, ?, ?, ?, ?, ?, ?) on conflict (entry_key) do nothing returning seq",
+        [at or datetime.now(UTC), workspace, kind, amount, reason, quote_id, job_id, trial_key, entry_key]).fetchall()
+    return bool(written)
+
+
+def credit(con: duckdb.DuckDBPyConnection, workspace: str, amount: Decimal, reason: str, entry_key: str) -> None:
+    if amount <= 0:
+        raise AmberError(f"A Credit must be a positive amount, not {amount}: give --amount above zero.")
+    if not reason.strip():
+        raise AmberError("A Credit needs a reason: give --reason \"...\".")
+    _append(con, workspace=workspace, kind="credit", amount=amount, reason=reason.strip(), entry_key=entry_key)
+
+
+def reserve(con: duckdb.DuckDBPyConnection, workspace: str, quote_id: str, job_id: str, amount: Decimal,
+            at: datetime) -> None:
+    """Set a Quote's amount aside (once), or refuse with the amount missing."""
+    if con.execute("select 1 from ledger where entry_key = ?", [f"reservation:{quote_id}"]).fetchone():
+        return
+    available = state(con, workspace).available
+    if amount > available:
+        raise AmberError(f"Workspace {workspace} has {show(available)} available but this Quote needs "
+                         f"{show(amount)}: {show(amount - available)} is missing; ask Amber staff for a Credit.")
+    _append(con, workspace=workspace, kind="reservation", amount=amount, reason="Quote", quote_id=quote_id,
+            job_id=job_id, entry_key=f"reservation:{quote_id}", at=at)
+
+
+@dataclass(frozen=True)
+class Charge:
+    amount: Decimal  # what was charged now (0 when this attempt was charged before)
+    ceiling_reached: bool
+    earlier: Decimal | None = None  # what this attempt was charged before, when it was (a restarted run)
+
+
+def charge(con: duckdb.DuckDBPyConnection, workspace: str, quote_id: str, job_id: str, trial_key: str,
+           cost: Decimal) -> Charge:
+    """Charge one Trial attempt, once, and never past its Quote: the Job's ceiling."""
+    remaining = quote_remaining(con, quote_id)
+    if cost <= 0:  # nothing spent: no entry, and no ceiling unless it was reached before
+        return Charge(Decimal(0), ceiling_reached=remaining <= 0)
+    amount = min(cost, remaining)
+    if amount <= 0:
+        return Charge(Decimal(0), ceiling_reached=True)
+    written = _append(con, workspace=workspace, kind="charge", amount=amount, reason="Trial", quote_id=quote_id,
+                      job_id=job_id, trial_key=trial_key, entry_key=f"charge:{trial_key}")
+    left = quote_remaining(con, quote_id)
+    if not written:
+        earlier = con.execute("select amount from ledger where entry_key = ?", [f"charge:{trial_key}"]).fetchone()
+        return Charge(Decimal(0), ceiling_reached=left <= 0, earlier=earlier[0] if earlier else None)
+    return Charge(amount, ceiling_reached=left <= 0 or cost > remaining)
+
+
+def release(con: duckdb.DuckDBPyConnection, workspace: str, quote_id: str, job_id: str, reason: str) -> Decimal:
+    """Refund what is left of a Quote's reservation, once."""
+    left = quote_remaining(con, quote_id)
+    if left <= 0:
+        return Decimal(0)
+    _append(con, workspace=workspace, kind="refund", amount=left, reason=reason, quote_id=quote_id,
+            job_id=job_id, entry_key=f"refund:{quote_id}")
+    return left
+
+
+# ---- what the CLI and the UI call ---------------------------------------------------
+
+def add_credit(wh: Warehouse, actor: Actor, workspace: str, amount: str, reason: str) -> Decimal:
+    """Staff add money to a Workspace's Wallet, with a reason."""
+    try:
+        value = usd(amount)
+    except InvalidOperation:
+        raise AmberError(f"{amount!r} is not an amount of dollars: give a number like 100 or 12.50.") from None
+    with wh.write() as con:
+        if not workspaces.is_staff(con, actor.user):
+            raise AmberError(f"Only Amber staff can add a Credit, and {actor.user} is not staff: "
+                             "contact Amber staff to have one added.")
+        if con.execute("select 1 from workspaces where name = ?", [workspace]).fetchone() is None:
+            raise AmberError(f"No Workspace {workspace}: check the name with `amber workspace list`.")
+        credit(con, workspace, value, reason, entry_key=f"credit:{uuid.uuid4().hex}")
+    return value
+
+
+def read(wh: Warehouse, workspace: str) -> tuple[WalletState, list[Entry]]:
+    with wh.read() as con:
+        return state(con, workspace), entries(con, workspace)
+
+
+def to_json(wallet_state: WalletState, lines: list[Entry]) -> dict:
+    return {
+        "workspace": wallet_state.workspace, "balance": str(wallet_state.balance),
+        "reserved": str(wallet_state.reserved), "available": str(wallet_state.available),
+        "ledger": [{"seq": e.seq, "at": e.at.isoformat(), "kind": e.kind, "amount": str(e.amount),
+                    "reason": e.reason, "quote_id": e.quote_id, "job_id": e.job_id, "trial_key": e.trial_key}
+                   for e in lines],
+    }

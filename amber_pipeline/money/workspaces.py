@@ -1,0 +1,76 @@
+"""Workspaces: the boundary that owns a Wallet, private Benchmarks and Jobs.
+
+Only members see what a Workspace owns. Everything that looks something up
+for a user goes through `acting_workspace`, and an object of another
+Workspace is reported with exactly the sentence used for one that does not
+exist, so an error never hints that it exists elsewhere.
+"""
+
+from __future__ import annotations
+
+import re
+
+import duckdb
+
+from amber_pipeline.errors import AmberError
+from amber_pipeline.money.identity import DEFAULT_WORKSPACE, Actor, local_user
+from amber_pipeline.warehouse.catalog import Warehouse
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+def is_staff(con: duckdb.DuckDBPyConnection, user: str) -> bool:
+    """Staff is a role; on the embedded default the local login user holds it."""
+    if user == local_user():
+        return True
+    return con.execute("select 1 from staff where user_name = ?", [user]).fetchone() is not None
+
+
+def create(wh: Warehouse, actor: Actor, name: str) -> None:
+    if not NAME.match(name):
+        raise AmberError(f"{name!r} is not a valid Workspace name: use letters, digits, '.', '_' and '-'.")
+    with wh.write() as con:
+        if con.execute("select 1 from workspaces where name = ?", [name]).fetchone():
+            raise AmberError(f"A Workspace named {name} already exists: choose another name.")
+        con.execute("insert into workspaces (name, created_by) values (?, ?)", [name, actor.user])
+        con.execute("insert into members values (?, ?)", [name, actor.user])
+
+
+def add_member(wh: Warehouse, actor: Actor, name: str, user: str) -> None:
+    with wh.write() as con:
+        _require_member(con, actor.user, name)
+        con.execute("insert into members values (?, ?) on conflict do nothing", [name, user])
+
+
+def list_for(wh: Warehouse, user: str) -> list[tuple[str, int]]:
+    """The Workspaces a user belongs to, with their member counts."""
+    with wh.read() as con:
+        return con.execute("""select m.workspace, (select count(*) from members n where n.workspace = m.workspace)
+                              from members m where m.user_name = ? order by m.workspace""", [user]).fetchall()
+
+
+def acting_workspace(wh: Warehouse, actor: Actor) -> str:
+    """The Workspace the actor acts in, checked for membership.
+
+    With none chosen, a user who belongs to none gets "default" on first use.
+    """
+    if actor.workspace is not None:
+        with wh.read() as con:
+            _require_member(con, actor.user, actor.workspace)
+        return actor.workspace
+    with wh.write() as con:
+        if con.execute("select 1 from members where workspace = ? and user_name = ?",
+                       [DEFAULT_WORKSPACE, actor.user]).fetchone():
+            return DEFAULT_WORKSPACE
+        if con.execute("select 1 from workspaces where name = ?", [DEFAULT_WORKSPACE]).fetchone() is None:
+            con.execute("insert into workspaces (name, created_by) values (?, ?)", [DEFAULT_WORKSPACE, actor.user])
+            con.execute("insert into members values (?, ?)", [DEFAULT_WORKSPACE, actor.user])
+            return DEFAULT_WORKSPACE
+    raise AmberError("Choose a Workspace with --workspace NAME or `amber workspace use NAME` "
+                     "(see yours with `amber workspace list`).")
+
+
+def _require_member(con: duckdb.DuckDBPyConnection, user: str, workspace: str) -> None:
+    row = con.execute("select 1 from members where workspace = ? and user_name = ?", [workspace, user]).fetchone()
+    if row is None:
+        raise AmberError(f"No Workspace {workspace} among yours: see yours with `amber workspace list`.")

@@ -1,0 +1,159 @@
+"""Persisted records: one schema module, with a schema version.
+
+Trial rows are the warehouse's ground truth; everything else (per-Task
+Rewards, cell aggregates, reports) is derived from them and can be recomputed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pyarrow as pa
+from pydantic import BaseModel
+
+from amber_pipeline.cells import cell_file_id
+
+SCHEMA_VERSION = 2
+
+
+class TrialRecord(BaseModel):
+    """One Trial: one attempt of one Agent x Model Configuration at one Task, within a Job."""
+
+    schema_version: int = SCHEMA_VERSION
+    workspace: str
+    job_id: str
+    cell_key: str
+    benchmark_version_id: str
+    task_name: str
+    attempt: int  # 1..Trials per Task
+    trial_name: str
+    agent: str
+    agent_version: str
+    model_configuration: str
+    outcome: str  # scored | errored | cancelled (outcomes.Kind)
+    reward: float | None  # None unless scored
+    errored: bool
+    retries: int  # Errored attempts retried before this one
+    error_type: str | None
+    error_message: str | None  # one line, no traceback
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    started_at: datetime
+    finished_at: datetime
+    duration_sec: float
+    image_id: str | None
+    trial_dir: str
+
+    @property
+    def key(self) -> str:
+        """The Trial attempt's identity, which keys its charge: Job, cell, Task, attempt."""
+        return f"{self.job_id}/{cell_file_id(self.cell_key)}/{self.task_name}/{self.attempt}"
+
+
+TRIAL_SCHEMA = pa.schema([
+    ("schema_version", pa.int32()),
+    ("workspace", pa.string()),
+    ("job_id", pa.string()),
+    ("cell_key", pa.string()),
+    ("benchmark_version_id", pa.string()),
+    ("task_name", pa.string()),
+    ("attempt", pa.int32()),
+    ("trial_name", pa.string()),
+    ("agent", pa.string()),
+    ("agent_version", pa.string()),
+    ("model_configuration", pa.string()),
+    ("outcome", pa.string()),
+    ("reward", pa.float64()),
+    ("errored", pa.bool_()),
+    ("retries", pa.int32()),
+    ("error_type", pa.string()),
+    ("error_message", pa.string()),
+    ("input_tokens", pa.int64()),
+    ("output_tokens", pa.int64()),
+    ("cost_usd", pa.float64()),
+    ("started_at", pa.timestamp("us", tz="UTC")),
+    ("finished_at", pa.timestamp("us", tz="UTC")),
+    ("duration_sec", pa.float64()),
+    ("image_id", pa.string()),
+    ("trial_dir", pa.string()),
+])
+
+TASK_REWARD_SCHEMA = pa.schema([
+    ("workspace", pa.string()),
+    ("cell_key", pa.string()),
+    ("task_name", pa.string()),
+    ("n_trials", pa.int64()),
+    ("n_errored", pa.int64()),
+    ("mean_reward", pa.float64()),
+])
+
+CELL_RESULT_SCHEMA = pa.schema([
+    ("workspace", pa.string()),
+    ("cell_key", pa.string()),
+    ("benchmark_version_id", pa.string()),
+    ("agent", pa.string()),
+    ("model_configuration", pa.string()),
+    ("n_tasks", pa.int64()),
+    ("n_trials", pa.int64()),
+    ("mean_reward", pa.float64()),
+    ("ci_low", pa.float64()),
+    ("ci_high", pa.float64()),
+    ("cost_usd", pa.float64()),
+    ("mean_duration_sec", pa.float64()),
+    ("errored", pa.int64()),
+])
+
+
+# Paired comparisons of two Model Configurations of one Agent, per Workspace (written by aggregate.py).
+COMPARISON_SCHEMA = pa.schema([
+    ("workspace", pa.string()),
+    ("benchmark_version_id", pa.string()),
+    ("agent", pa.string()),
+    ("better", pa.string()),  # Model Configuration name; ties and no shared Task keep report.comparisons' order
+    ("worse", pa.string()),
+    ("mean_difference", pa.float64()),  # better - worse over shared Tasks; NaN with no shared Task
+    ("ci_low", pa.float64()),
+    ("ci_high", pa.float64()),
+    ("n_shared_tasks", pa.int64()),
+    ("too_close_to_call", pa.bool_()),
+    ("better_cell_key", pa.string()),
+    ("worse_cell_key", pa.string()),
+])
+
+
+# Evidence of a Trial attempt (analysis.evidence.TrialEvidence) with its outcome and cause, as stored for
+# imported Harbor folders and Amber's own Trials.
+EVIDENCE_SCHEMA = pa.schema([
+    ("workspace", pa.string()),
+    ("folder", pa.string()),  # the resolved Harbor job folder
+    ("source", pa.string()),
+    ("trial_name", pa.string()),
+    ("task_name", pa.string()),
+    ("agent", pa.string()),
+    ("model", pa.string()),
+    ("attempt", pa.int32()),
+    ("reward", pa.float64()),
+    ("errored", pa.bool_()),
+    ("exception_type", pa.string()),
+    ("started_at", pa.timestamp("us", tz="UTC")),
+    ("finished_at", pa.timestamp("us", tz="UTC")),
+    ("agent_duration_sec", pa.float64()),
+    ("agent_timeout_sec", pa.float64()),
+    ("input_tokens", pa.int64()),
+    ("output_tokens", pa.int64()),
+    ("cost_usd", pa.float64()),
+    ("model_used", pa.bool_()),
+    ("trajectory_steps", pa.int32()),
+    ("trajectory_ended_with_error", pa.bool_()),
+    ("repeated_tool_error", pa.bool_()),
+    ("tests_passed", pa.int32()),
+    ("tests_total", pa.int32()),
+    ("trial_dir", pa.string()),
+    ("outcome", pa.string()),  # passed / failed / errored / unscored (analysis.report.outcome)
+    ("cause", pa.string()),  # why a non-passed attempt failed (analysis.report.failure_cause); null when passed
+])
+
+
+def trials_table(records: list[TrialRecord]) -> pa.Table:
+    return pa.Table.from_pylist([r.model_dump() for r in records], schema=TRIAL_SCHEMA)
