@@ -39,3 +39,8 @@ class Cell:
 
 def cell_file_id(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+def agent_version_sql(key_column: str) -> str:
+    """SQL for the Agent Version part (``agent@spec``) of a cell key column."""
+    return f"split_part(split_part({key_column}, '|agent=', 2), '|', 1)"

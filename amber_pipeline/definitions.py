@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from assets.cells import cell_aggregates, cell_job, rewards, trials
+from assets.cells import cell_job, cell_scores, trials
 from assets.comparisons import comparisons, reaggregation_job
 from assets.job_requests import submit_job
 from assets.resources import WarehouseResource
@@ -16,7 +16,7 @@ from assets.schedules import (
 from sensors.job_requests import job_request_sensor
 
 defs = dg.Definitions(
-    assets=[trials, rewards, cell_aggregates, comparisons],
+    assets=[trials, cell_scores, comparisons],
     jobs=[cell_job, submit_job, quote_expiry_job, reaggregation_job, transcript_expiry_job],
     sensors=[job_request_sensor],
     schedules=[quote_expiry_schedule, reaggregation_schedule, transcript_expiry_schedule],

@@ -7,8 +7,11 @@ can delete one folder to start over:
     AMBER_HOME/
       warehouse/catalog.duckdb     catalog: Benchmark Versions, Jobs, cells
       warehouse/trials/            Parquet Trial rows, one file per cell run
-      warehouse/rewards/           Parquet per-Task Rewards, one file per cell
-      warehouse/aggregates/        Parquet cell aggregates, one file per cell
+      warehouse/rewards/           Parquet per-Task Rewards, one file per cell and Workspace
+      warehouse/aggregates/        Parquet cell aggregates, one file per cell and Workspace
+      warehouse/comparisons/       Parquet paired comparisons, one file
+      warehouse/imports/           Parquet evidence of imported Harbor job folders
+      warehouse/evidence/          Parquet evidence of Amber's own Trials, derived when read
       benchmarks/<hash>/           immutable copies of Benchmark Versions
       runs/<job>/<cell>/           Harbor trial folders (readable by `harbor view`)
       dagster/                     DAGSTER_HOME of the embedded instance
@@ -50,6 +53,20 @@ class AmberPaths:
     @property
     def aggregates(self) -> Path:
         return self.warehouse / "aggregates"
+
+    @property
+    def comparisons(self) -> Path:
+        return self.warehouse / "comparisons"
+
+    @property
+    def imports(self) -> Path:
+        """Imported Harbor job folders: one Parquet file per (Workspace, folder)."""
+        return self.warehouse / "imports"
+
+    @property
+    def evidence(self) -> Path:
+        """Evidence of Amber's own Trials (trajectory flags, failure causes), derived when read."""
+        return self.warehouse / "evidence"
 
     @property
     def benchmarks(self) -> Path:

@@ -11,7 +11,8 @@ import dagster as dg
 
 from amber_pipeline.analysis import plots
 from amber_pipeline.cells import NO_MODEL
-from amber_pipeline.jobs import cell_run as pipeline
+from amber_pipeline.jobs import cell_run
+from amber_pipeline.scoring import store
 from assets.resources import WarehouseResource
 
 JOB_TAG = "amber/job"
@@ -34,62 +35,68 @@ def trials(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> d
         outcome = "Errored" if record.errored else f"Reward {record.reward}"
         context.log.info(f"Trial {record.trial_name}: {outcome} in {record.duration_sec:.1f} s")
 
-    records = pipeline.run_trials(wh, job_id, context.partition_key, on_trial_done=progress)
+    records = cell_run.run_trials(wh, job_id, context.partition_key, on_trial_done=progress)
     errored = sum(r.errored for r in records)
     return dg.MaterializeResult(metadata={
         "job": job_id, "trials": len(records), "errored": errored,
         "cost_usd": round(sum(r.cost_usd for r in records), 6)})
 
 
-@dg.asset(partitions_def=cells, deps=[trials], group_name="amber", kinds={"parquet"})
-def rewards(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
-    """Rewards of this cell per Task: the mean Reward of each Task over its scored Trials, with the
-    number of Trials and of Errored Trials (which have no Reward and are left out of the mean)."""
-    table = pipeline.write_rewards(warehouse.get(), context.partition_key)
-    rows = table.to_pylist()
-    md = "| Task | Trials | Errored | mean Reward |\n|---|---|---|---|\n" + "\n".join(
-        f"| {r['task_name']} | {r['n_trials']} | {r['n_errored']} | "
-        f"{'-' if r['mean_reward'] is None else round(r['mean_reward'], 3)} |" for r in rows)
-    return dg.MaterializeResult(metadata={"tasks": len(rows), "rewards": dg.MetadataValue.md(md)})
+REWARDS = dg.AssetSpec(
+    "rewards", deps=[trials], group_name="amber", kinds={"parquet"},
+    description="Rewards of this cell per Task: the mean Reward of each Task over its scored Trials, with the "
+                "number of Trials and of Errored Trials (which have no Reward and are left out of the mean).")
+CELL_AGGREGATES = dg.AssetSpec(
+    "cell_aggregates", deps=["rewards"], group_name="amber", kinds={"parquet"},
+    description="The cell's score: mean Reward averaged per Task, then across Tasks, with a 95% bootstrap "
+                "confidence interval resampled over Tasks (10,000 seeded resamples); its total cost, mean Trial "
+                "duration and the number of Errored Trials, shown apart. One score per Workspace that ran the cell.")
 
 
-@dg.asset(partitions_def=cells, deps=[rewards], group_name="amber", kinds={"parquet"})
-def cell_aggregates(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
-    """The cell's score: mean Reward averaged per Task, then across Tasks, with a 95% bootstrap confidence
-    interval resampled over Tasks (10,000 seeded resamples); its total cost, mean Trial duration and the
-    number of Errored Trials, shown apart. One score per Workspace that ran the cell."""
-    results = pipeline.write_aggregates(warehouse.get(), context.partition_key)
+@dg.multi_asset(specs=[REWARDS, CELL_AGGREGATES], partitions_def=cells, can_subset=False)
+def cell_scores(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
+    """Scores the cell over all its stored Trials with the scoring engine: its per-Task Rewards and its score."""
+    wh = warehouse.get()
+    scores = store.write_cell(wh, context.partition_key)
+    one_workspace = len(scores.cells) == 1
+    rewards_md = "| Workspace | Task | Trials | Errored | mean Reward |\n|---|---|---|---|---|\n" + "\n".join(
+        f"| {c.scope} | {task} | {n} | {errored} | {'-' if mean is None else round(mean, 3)} |"
+        for c in scores.cells for task, n, errored, mean in zip(
+            *(c.task_rewards[k].to_pylist() for k in ("task", "n_trials", "n_errored", "mean_reward")), strict=True))
+    yield dg.MaterializeResult(asset_key="rewards", metadata={
+        "tasks": sum(c.task_rewards.num_rows for c in scores.cells), "rewards": dg.MetadataValue.md(rewards_md)})
+
     md = "| Workspace | cell | Tasks | Trials | mean Reward | 95% CI | cost (USD) | mean duration | Errored |\n"
     md += "|---|---|---|---|---|---|---|---|---|\n"
-    for workspace, r in results:
-        md += (f"| {workspace} | {r.label} | {r.n_tasks} | {r.n_trials} | {r.score.mean:.3f} | "
-               f"[{r.score.ci95.low:.3f}, {r.score.ci95.high:.3f}] | {r.cost_usd:.4f} | "
-               f"{r.mean_duration_sec:.1f} s | {r.errored} |\n")
-    metadata: dict[str, dg.RawMetadataValue] = {"workspaces": len(results), "cell_results": dg.MetadataValue.md(md)}
-    with warehouse.get().query() as con:
+    for c in scores.cells:
+        md += (f"| {c.scope} | {c.label} | {c.n_tasks} | {c.n_trials} | {c.mean:.3f} | "
+               f"[{c.ci95.low:.3f}, {c.ci95.high:.3f}] | {c.cost_usd:.4f} | "
+               f"{c.mean_duration_sec:.1f} s | {c.errored} |\n")
+    metadata: dict[str, dg.RawMetadataValue] = {"workspaces": len(scores.cells),
+                                                "cell_results": dg.MetadataValue.md(md)}
+    with wh.query() as con:
         neighbours = con.execute(
             """select workspace, agent, model_configuration, mean_reward, ci_low, ci_high from cell_aggregates
                where benchmark_version_id in (select benchmark_version_id from cell_aggregates where cell_key = ?)
                  and workspace in (select workspace from cell_aggregates where cell_key = ?)""",
             [context.partition_key, context.partition_key]).fetchall()
     if neighbours:
-        one_workspace = len({w for w, *_ in neighbours}) == 1
+        one_scope = len({w for w, *_ in neighbours}) == 1
 
         def label(workspace: str, agent: str, mc: str) -> str:
             name = agent if mc == NO_MODEL else f"{agent} / {mc}"
-            return name if one_workspace else f"{workspace}: {name}"
+            return name if one_scope else f"{workspace}: {name}"
 
         rows = [plots.Row(label(w, agent, mc), mean, low, high) for w, agent, mc, mean, low, high in neighbours]
         metadata["plot"] = dg.MetadataValue.md(plots.markdown_image(
             lambda path: plots.forest(rows, [], path, title="Cells of this Benchmark Version")))
-    if len(results) == 1:
-        r = results[0][1]
-        metadata |= {"mean_reward": dg.MetadataValue.float(float(r.score.mean)),
-                     "ci95": f"[{r.score.ci95.low:.3f}, {r.score.ci95.high:.3f}]",
-                     "errored": r.errored}
-    return dg.MaterializeResult(metadata=metadata)
+    if one_workspace:
+        c = scores.cells[0]
+        metadata |= {"mean_reward": dg.MetadataValue.float(float(c.mean)),
+                     "ci95": f"[{c.ci95.low:.3f}, {c.ci95.high:.3f}]", "errored": c.errored}
+    yield dg.MaterializeResult(asset_key="cell_aggregates", metadata=metadata)
 
 
 cell_job = dg.define_asset_job(
-    "cell_job", selection=[trials, rewards, cell_aggregates], executor_def=dg.in_process_executor,
+    "cell_job", selection=[trials, cell_scores], executor_def=dg.in_process_executor,
     description="Runs one cell of a Job: its Trials, then the cell's Rewards and aggregate score.")

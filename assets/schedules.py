@@ -4,7 +4,7 @@ from datetime import datetime
 
 import dagster as dg
 
-from amber_pipeline.jobs import quotes
+from amber_pipeline.jobs import lifecycle, quotes
 from amber_pipeline.warehouse import retention
 from assets.comparisons import reaggregation_job
 from assets.resources import WarehouseResource
@@ -12,7 +12,7 @@ from assets.resources import WarehouseResource
 
 @dg.op(description="Cancel Jobs whose Quote expired unstarted and refund their reservations.")
 def expire_quotes(context: dg.OpExecutionContext, warehouse: WarehouseResource) -> None:
-    expired = quotes.expire_due(warehouse.get())
+    expired = lifecycle.expire_due(warehouse.get())
     context.log.info(f"Expired {len(expired)} Quote(s): {', '.join(expired) or 'none'}")
 
 

@@ -22,8 +22,8 @@ import time
 import uuid
 from pathlib import Path
 
-from amber_pipeline.agents import catalog as agents
-from amber_pipeline.benchmarks import tasks as benchmark
+from amber_pipeline.agents.catalog import agent_spec
+from amber_pipeline.benchmarks import versions as benchmark
 from amber_pipeline.cells import NO_MODEL, Cell
 from amber_pipeline.jobs import trial_runner
 from amber_pipeline.sandbox import docker_engine
@@ -52,7 +52,7 @@ def make_benchmark(root: Path) -> Path:
 
 def amber_trials(bv: benchmark.BenchmarkVersion, n: int, run_dir: Path) -> list[float]:
     """Wall time of each of n nop Trials run one after the other by run_cell."""
-    cell = Cell(bv.id, "nop", agents.get("nop").spec_id, NO_MODEL)
+    cell = Cell(bv.id, "nop", agent_spec("nop").spec_id, NO_MODEL)
     run = trial_runner.CellRun(job_id=f"bench-{uuid.uuid4().hex[:8]}", cell=cell, benchmark=bv,
                                trials_per_task=n, run_dir=run_dir, workspace="bench")
     marks = [time.perf_counter()]

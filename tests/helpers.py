@@ -6,13 +6,18 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from amber_pipeline.jobs import quotes
-from amber_pipeline.jobs.lifecycle import Job
+from amber_pipeline.jobs import lifecycle
+from amber_pipeline.jobs.records import Job
+from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.money import wallet, workspaces
 from amber_pipeline.money.identity import DEFAULT_WORKSPACE, Actor, local_user
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.warehouse.catalog import Warehouse
+
+if TYPE_CHECKING:
+    from typer.testing import Result
 
 
 def funded(wh: Warehouse, workspace: str = DEFAULT_WORKSPACE, amount: str = "100") -> str:
@@ -28,9 +33,14 @@ def submit(wh: Warehouse, benchmark: str, agent: str, models: list[str], trials:
            workspace: str = DEFAULT_WORKSPACE, public: bool = False) -> Job:
     """Quote and start a Job in a funded Workspace."""
     funded(wh, workspace)
-    _, job = quotes.submit(wh, workspace, local_user(), benchmark, agent, models, trials, bounds=bounds,
-                           public=public)
+    _, job = lifecycle.submit(wh, workspace, local_user(), request(benchmark, agent, models, trials, bounds, public))
     return job
+
+
+def request(benchmark: str, agent: str, models: list[str] | None = None, trials: int = 1, bounds: bool = False,
+            public: bool = False) -> JobRequest:
+    return JobRequest(benchmark=benchmark, agent=agent, model_configurations=models or [], trials_per_task=trials,
+                      bounds=bounds, public=public)
 
 
 def race(script: str, argv: list[list[str]], during: Callable[[], None] | None = None) -> list[dict]:
@@ -58,3 +68,33 @@ def race(script: str, argv: list[list[str]], during: Callable[[], None] | None =
     for w, (_, err) in zip(workers, outputs, strict=True):
         assert w.returncode == 0, err
     return [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+
+
+# ---- the CLI, in this process ----------------------------------------------------------------------------
+
+def cli(*args: str, env: dict[str, str] | None = None) -> Result:
+    """`amber ARGS` run in this process by Typer's runner (AMBER_HOME and AMBER_CONFIG from the environment,
+    `env` added for this call only); stdout and stderr come back apart."""
+    from typer.testing import CliRunner
+
+    from amber_pipeline.cli.app import app
+
+    return CliRunner().invoke(app, list(args), env=env)
+
+
+def ok(result: Result) -> str:
+    """The stdout of a command that succeeded (and wrote nothing on stderr)."""
+    assert result.exit_code == 0 and result.exception is None, (result.stdout, result.stderr, result.exception)
+    assert result.stderr == "", result.stderr
+    return result.stdout
+
+
+def refusal(result: Result) -> str:
+    """The sentence of a refused command: exit status 1, exactly one line `amber: ...` on stderr, nothing on
+    stdout, and no exception but the exit (in a process of its own that would have been a traceback)."""
+    assert result.exit_code == 1, (result.stdout, result.stderr, result.exception)
+    assert isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.stdout == "", result.stdout
+    assert result.stderr.startswith("amber: ") and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.endswith("\n") and "Traceback" not in result.stderr, result.stderr
+    return result.stderr.removeprefix("amber: ").strip()

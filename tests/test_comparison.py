@@ -28,13 +28,15 @@ from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import proportion_confint
 from typer.testing import CliRunner
 
-from amber_pipeline.analysis import compare as comparison
+from amber_pipeline.analysis import plan as planning
+from amber_pipeline.analysis import sources
 from amber_pipeline.analysis import statistics as st
-from amber_pipeline.analysis.compare import compare, compare_many, leaderboard, load_board, plan
+from amber_pipeline.analysis.compare import compare, compare_many
 from amber_pipeline.analysis.evidence import TrialEvidence
-from amber_pipeline.cli import compare as cli_compare
+from amber_pipeline.analysis.leaderboard import leaderboard, load_board
+from amber_pipeline.analysis.plan import plan
+from amber_pipeline.cli.app import app
 from amber_pipeline.errors import AmberError
-from amber_pipeline.money.identity import Actor
 from amber_pipeline.paths import AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
 
@@ -398,41 +400,41 @@ def test_plan_bad_arguments(kwargs: dict, fragment: str) -> None:
 
 
 def test_quote_detectable_change() -> None:
-    assert comparison.quote_detectable_change(89) == pytest.approx(st.detectable_change_points(0.5, 89))
-    assert f"about {st.detectable_change_points(0.5, 89):.0f} points" in comparison.detectable_change_sentence(89)
-    assert math.isnan(comparison.quote_detectable_change(1))
-    assert "add Tasks" in comparison.detectable_change_sentence(1)
+    assert planning.quote_detectable_change(89) == pytest.approx(st.detectable_change_points(0.5, 89))
+    assert f"about {st.detectable_change_points(0.5, 89):.0f} points" in planning.detectable_change_sentence(89)
+    assert math.isnan(planning.quote_detectable_change(1))
+    assert "add Tasks" in planning.detectable_change_sentence(1)
 
 
 # ---- CLI -----------------------------------------------------------------------------------------
 
 @pytest.fixture
-def cli(tmp_path: Path) -> tuple[typer.Typer, dict[str, list[TrialEvidence]]]:
-    wh = Warehouse(AmberPaths(tmp_path / "home"))
-    sources: dict[str, list[TrialEvidence]] = {}
+def cli(amber_home: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[typer.Typer, dict[str, list[TrialEvidence]]]:
+    """The `amber` app on a temporary AMBER_HOME whose sources are the given evidence."""
+    found: dict[str, list[TrialEvidence]] = {}
 
     def load_source(w: Warehouse, workspace: str, source: str) -> list[TrialEvidence]:
-        assert w is wh and workspace == "default"
-        if source not in sources:
+        assert w.paths == AmberPaths.from_env() and workspace == "default"
+        if source not in found:
             raise AmberError(f"No source {source}.")
-        return sources[source]
+        return found[source]
 
-    app = typer.Typer()
-    cli_compare.register(app, lambda: (wh, Actor("tester", "default"), "default"), load_source)
+    monkeypatch.setattr(sources, "load", load_source)
     base, cand = sides(40, 9, 2, 15, cost=(0.02, 0.01))
-    sources.update({"job-a": base, "job-b": cand, "job-c": sides(40, 3, 3, 15)[1]})
-    return app, sources
+    found.update({"job-a": base, "job-b": cand, "job-c": sides(40, 3, 3, 15)[1]})
+    return app, found
 
 
-def run(app: typer.Typer, *args: str) -> tuple[int, str, BaseException | None]:
+def run(app: typer.Typer, *args: str) -> tuple[int, str, str]:
+    """Exit code, standard output, standard error."""
     result = CliRunner().invoke(app, list(args))
-    return result.exit_code, result.output, result.exception
+    return result.exit_code, result.stdout, result.stderr
 
 
 def test_cli_compare_text_ends_with_advice_and_costs(cli: tuple) -> None:
     app, _ = cli
-    code, out, exc = run(app, "compare", "job-a", "job-b", "--margin-points", "5")
-    assert code == 0, (out, exc)
+    code, out, err = run(app, "compare", "job-a", "job-b", "--margin-points", "5")
+    assert code == 0, (out, err)
     lines = out.strip().splitlines()
     assert lines[0] == "job-b vs job-a: 40 paired cases, paired by Task and route"
     assert lines[-2].strip().startswith(("Adopt", "Keep", "Add cases"))
@@ -460,19 +462,19 @@ def test_cli_compare_routes_per_side(cli: tuple) -> None:
     b1, _ = sides(20, 0, 0, 10)
     _, c2 = sides(20, 6, 0, 10, cand_route=("terminus-2", "m2"))
     sources["job-x"] = b1 + c2  # one Job, two cells
-    code, out, exc = run(app, "compare", "job-x", "job-x", "--route", "terminus-2/m1", "--route", "terminus-2/m2",
+    code, out, err = run(app, "compare", "job-x", "job-x", "--route", "terminus-2/m1", "--route", "terminus-2/m2",
                          "--json")
-    assert code == 0, (out, exc)
+    assert code == 0, (out, err)
     data = json.loads(out)
     assert data["pairing"] == "task" and data["paired_cases"] == 20 and len(data["improved_cases"]) == 6
-    code, _, exc = run(app, "compare", "job-a", "job-b", "--route", "a", "--route", "b", "--route", "c")
-    assert isinstance(exc, AmberError) and "once per side (2 here, baseline first), not 3 times" in str(exc)
+    code, _, err = run(app, "compare", "job-a", "job-b", "--route", "a", "--route", "b", "--route", "c")
+    assert code == 1 and "once per side (2 here, baseline first), not 3 times" in err
     code, out, _ = run(app, "compare", "job-x", "job-x", "--json")  # without --route: each cell with itself
     data = json.loads(out)
     assert data["pairing"] == "task_and_route" and data["paired_cases"] == 40 and data["p_value"] == 1.0
     sources["job-y"] = sides(20, 1, 1, cand_route=("terminus-2", "m3"))[1]
-    code, _, exc = run(app, "compare", "job-x", "job-y")
-    assert isinstance(exc, AmberError) and "choose one route per side with --route" in str(exc)
+    code, _, err = run(app, "compare", "job-x", "job-y")
+    assert code == 1 and "choose one route per side with --route" in err
 
 
 def test_cli_leaderboard(cli: tuple, tmp_path: Path) -> None:
@@ -480,16 +482,16 @@ def test_cli_leaderboard(cli: tuple, tmp_path: Path) -> None:
     sources["round"] = round_of(6, 4, 1)
     board = tmp_path / "board.json"
     board.write_text(json.dumps(BOARD))
-    code, out, exc = run(app, "leaderboard", "round", "--board", str(board), "--total-tasks", "12", "--json")
-    assert code == 0, (out, exc)
+    code, out, err = run(app, "leaderboard", "round", "--board", str(board), "--total-tasks", "12", "--json")
+    assert code == 0, (out, err)
     data = json.loads(out)
     assert data["pass_rate_rank"] == [2, 5] and data["strict_pass_rate_rank"] == [3, 6]
     code, out, _ = run(app, "leaderboard", "round", "--board", str(board), "--total-tasks", "12")
     assert "pass rate 60.0% [31.3, 83.2] -> rank 2 to 5 of 7" in out
     assert "strict pass rate 50.0% [25.4, 74.6] -> rank 3 to 6 of 7" in out
     (tmp_path / "bad.csv").write_text("agent,model\nA,m\n")
-    code, _, exc = run(app, "leaderboard", "round", "--board", str(tmp_path / "bad.csv"))
-    assert isinstance(exc, AmberError) and "row 1 has no pass_rate" in str(exc)
+    code, _, err = run(app, "leaderboard", "round", "--board", str(tmp_path / "bad.csv"))
+    assert code == 1 and "row 1 has no pass_rate" in err
 
 
 def test_cli_plan(cli: tuple) -> None:
@@ -513,13 +515,13 @@ def test_cli_plan(cli: tuple) -> None:
 ])
 def test_cli_plan_bad_arguments(cli: tuple, args: list[str], fragment: str) -> None:
     app, _ = cli
-    _, _, exc = run(app, "plan", *args)
-    assert isinstance(exc, AmberError) and str(exc) == fragment
+    code, _, err = run(app, "plan", *args)
+    assert code == 1 and err.strip() == f"amber: {fragment}"
 
 
 def test_cli_compare_plot_marks_zero_and_the_margin(cli: tuple, tmp_path: Path) -> None:
     app, _ = cli
     png = tmp_path / "cmp.png"
-    code, out, exc = run(app, "compare", "job-a", "job-b", "job-c", "--margin-points", "5", "--plot", str(png))
-    assert code == 0, (out, exc)
+    code, out, err = run(app, "compare", "job-a", "job-b", "job-c", "--margin-points", "5", "--plot", str(png))
+    assert code == 0, (out, err)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5_000

@@ -12,14 +12,15 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from helpers import race, submit
+from helpers import funded, race, request, submit
 
 from amber_pipeline.cells import cell_file_id
 from amber_pipeline.definitions import defs
-from amber_pipeline.jobs import lifecycle as jobs
+from amber_pipeline.jobs import lifecycle, records
+from amber_pipeline.money.identity import local_user
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.warehouse.catalog import Warehouse
-from assets.cells import JOB_TAG, cell_aggregates, cells, rewards, trials
+from assets.cells import CELL_AGGREGATES, JOB_TAG, REWARDS, cell_scores, cells, trials
 from assets.comparisons import comparisons
 from assets.resources import WarehouseResource
 from sensors.job_requests import job_request_sensor
@@ -47,13 +48,12 @@ def test_definitions_load_with_cell_partitions_and_descriptions(amber_home: Path
     with dg.instance_for_test():
         dg.Definitions.validate_loadable(defs)
         graph = defs.resolve_asset_graph()
-        for asset in (trials, rewards, cell_aggregates):
-            node = graph.get(asset.key)
-            assert node.partitions_def == cells, asset.key
+        for key in (trials.key, REWARDS.key, CELL_AGGREGATES.key):
+            node = graph.get(key)
+            assert node.partitions_def == cells, key
             assert isinstance(node.partitions_def, dg.DynamicPartitionsDefinition)
             assert node.partitions_def.name == "cells"
-            description = asset.descriptions_by_key[asset.key]
-            assert description and description.strip(), asset.key
+            assert node.description and node.description.strip(), key
         assert defs.resolve_job_def("cell_job").partitions_def == cells
         assert defs.resolve_job_def("submit_job") is not None
         assert defs.resolve_sensor_def("job_request_sensor").job_name == "cell_job"
@@ -79,6 +79,14 @@ def tick_context(instance: dg.DagsterInstance, cursor: str | None) -> dg.SensorE
                                    resources={"warehouse": WarehouseResource()})
 
 
+def start_seq(wh: Warehouse, job_id: str) -> str:
+    """A Job's place in start order, as the sensor's cursor holds it."""
+    with wh.read() as con:
+        row = con.execute("select start_seq from jobs where id = ?", [job_id]).fetchone()
+    assert row is not None and row[0] is not None
+    return str(row[0])
+
+
 def test_sensor_turns_new_jobs_into_cell_runs(warehouse: Warehouse, instance: dg.DagsterInstance) -> None:
     # First tick, nothing submitted: skip, cursor unchanged.
     ctx = sensor_context(instance, None)
@@ -87,7 +95,7 @@ def test_sensor_turns_new_jobs_into_cell_runs(warehouse: Warehouse, instance: dg
     assert ctx.cursor is None
 
     job = submit(warehouse, str(DEMO_BENCH), "oracle", [], 1, bounds=True)
-    keys = sorted(c.cell_key for c in jobs.cells_of(warehouse, job.id))
+    keys = sorted(c.cell_key for c in records.cells_of(warehouse, job.id))
     assert len(keys) >= 2  # oracle and nop (oracle is its own upper bound)
 
     result = job_request_sensor(sensor_context(instance, None))
@@ -99,13 +107,13 @@ def test_sensor_turns_new_jobs_into_cell_runs(warehouse: Warehouse, instance: dg
     assert isinstance(add, dg.AddDynamicPartitionsRequest)
     assert add.partitions_def_name == "cells"
     assert sorted(add.partition_keys) == keys
-    assert result.cursor == str(job.seq)
+    assert result.cursor == start_seq(warehouse, job.id)
 
     # What the daemon does: apply the adds, then evaluate a validated tick.
     instance.add_dynamic_partitions("cells", list(add.partition_keys))
     with tick_context(instance, None) as ctx:
         data = job_request_sensor.evaluate_tick(ctx)
-    assert data.cursor == str(job.seq)
+    assert data.cursor == start_seq(warehouse, job.id)
     assert sorted(r.partition_key for r in data.run_requests) == keys
     for r in data.run_requests:
         assert r.tags["dagster/partition"] == r.partition_key
@@ -113,26 +121,45 @@ def test_sensor_turns_new_jobs_into_cell_runs(warehouse: Warehouse, instance: dg
         assert r.tags[JOB_TAG] == job.id
 
     # Next tick from that cursor, nothing new: skip.
-    with tick_context(instance, str(job.seq)) as ctx:
+    with tick_context(instance, start_seq(warehouse, job.id)) as ctx:
         data = job_request_sensor.evaluate_tick(ctx)
     assert not data.run_requests
-    assert data.skip_message and f"#{job.seq}" in data.skip_message
-    assert data.cursor == str(job.seq)  # unchanged
+    assert data.skip_message and f"#{start_seq(warehouse, job.id)}" in data.skip_message
+    assert data.cursor == start_seq(warehouse, job.id)  # unchanged
 
     # A second Job over the same cells: new runs (new run keys), no partition adds.
     job2 = submit(warehouse, str(DEMO_BENCH), "oracle", [], 1, bounds=True)
-    assert sorted(c.cell_key for c in jobs.cells_of(warehouse, job2.id)) == keys
-    result = job_request_sensor(sensor_context(instance, str(job.seq)))
+    assert sorted(c.cell_key for c in records.cells_of(warehouse, job2.id)) == keys
+    result = job_request_sensor(sensor_context(instance, start_seq(warehouse, job.id)))
     assert isinstance(result, dg.SensorResult)
     assert sorted(r.partition_key for r in result.run_requests) == keys
     assert {r.run_key for r in result.run_requests} == {f"{job2.id}:{cell_file_id(k)}" for k in keys}
     assert not result.dynamic_partitions_requests
-    assert result.cursor == str(job2.seq)
-    with tick_context(instance, str(job.seq)) as ctx:
+    assert result.cursor == start_seq(warehouse, job2.id)
+    with tick_context(instance, start_seq(warehouse, job.id)) as ctx:
         data = job_request_sensor.evaluate_tick(ctx)
     assert len(data.run_requests) == len(keys)
     assert not data.dynamic_partitions_requests
-    assert data.cursor == str(job2.seq)
+    assert data.cursor == start_seq(warehouse, job2.id)
+
+
+def test_the_sensor_follows_start_order_not_quote_order(warehouse: Warehouse, instance: dg.DagsterInstance) -> None:
+    """A Job quoted first but started last is still seen: the cursor is the start sequence."""
+    funded(warehouse)
+    early = lifecycle.quote(warehouse, "default", local_user(), request(str(DEMO_BENCH), "nop"))
+    late = lifecycle.quote(warehouse, "default", local_user(), request(str(DEMO_BENCH), "oracle"))
+    lifecycle.start(warehouse, "default", late.id)
+    first = job_request_sensor(sensor_context(instance, None))
+    assert isinstance(first, dg.SensorResult)
+    assert {r.tags[JOB_TAG] for r in first.run_requests} == {late.job_id}
+    assert first.cursor == start_seq(warehouse, late.job_id)
+
+    lifecycle.start(warehouse, "default", early.id)  # quoted before `late`, started after it
+    second = job_request_sensor(sensor_context(instance, first.cursor))
+    assert isinstance(second, dg.SensorResult)
+    assert {r.tags[JOB_TAG] for r in second.run_requests} == {early.job_id}
+    assert int(second.cursor or 0) > int(first.cursor or 0)
+    assert isinstance(job_request_sensor(sensor_context(instance, second.cursor)), dg.SkipReason)
 
 
 # ---- 3. one cell materialized for real ----------------------------------------------------------------------
@@ -144,9 +171,9 @@ def test_cell_runs_for_real(tmp_path: Path, warehouse: Warehouse, instance: dg.D
     submitted = {agent: submit(warehouse, str(bench), agent, [], 1, bounds=False) for agent in expected}
 
     for agent, job in submitted.items():
-        [cell] = jobs.cells_of(warehouse, job.id)
+        [cell] = records.cells_of(warehouse, job.id)
         instance.add_dynamic_partitions("cells", [cell.cell_key])
-        result = dg.materialize([trials, rewards, cell_aggregates], partition_key=cell.cell_key,
+        result = dg.materialize([trials, cell_scores], partition_key=cell.cell_key,
                                 instance=instance, resources={"warehouse": WarehouseResource()},
                                 tags={JOB_TAG: job.id})
         assert result.success, agent
@@ -164,11 +191,11 @@ def test_cell_runs_for_real(tmp_path: Path, warehouse: Warehouse, instance: dg.D
             mean, n_trials = con.execute("select mean_reward, n_trials from cell_results where cell_key = ?",
                                          [cell.cell_key]).fetchone()
         assert (mean, n_trials) == (expected[agent], 2), agent
-        assert jobs.get_job(warehouse, job.id, None).status == "completed"
-        assert [c.status for c in jobs.cells_of(warehouse, job.id)] == ["done"]
+        assert records.get_job(warehouse, job.id, None).status == "completed"
+        assert [c.status for c in records.cells_of(warehouse, job.id)] == ["done"]
 
         [mat] = [m for m in result.get_asset_materialization_events()
-                 if m.asset_key == cell_aggregates.key]
+                 if m.asset_key == CELL_AGGREGATES.key]
         metadata = mat.materialization.metadata
         assert metadata["mean_reward"].value == pytest.approx(expected[agent])
         assert metadata["workspaces"].value == 1
@@ -191,7 +218,7 @@ def test_cell_runs_for_real(tmp_path: Path, warehouse: Warehouse, instance: dg.D
 
 def test_cell_run_without_job_tag_fails_with_advice(warehouse: Warehouse, instance: dg.DagsterInstance) -> None:
     job = submit(warehouse, str(DEMO_BENCH), "nop", [], 1, bounds=False)
-    [cell] = jobs.cells_of(warehouse, job.id)
+    [cell] = records.cells_of(warehouse, job.id)
     instance.add_dynamic_partitions("cells", [cell.cell_key])
     result = defs.resolve_job_def("cell_job").execute_in_process(
         partition_key=cell.cell_key, instance=instance, raise_on_error=False)
@@ -200,15 +227,15 @@ def test_cell_run_without_job_tag_fails_with_advice(warehouse: Warehouse, instan
     assert failure.step_key == "trials"
     message = failure.step_failure_data.error.message
     assert "names no Job: submit Jobs with `amber job submit` or the submit_job job." in message
-    assert jobs.get_job(warehouse, job.id, None).status == "running"  # nothing ran, nothing was marked
+    assert records.get_job(warehouse, job.id, None).status == "running"  # nothing ran, nothing was marked
 
 
 # ---- 5. warehouse locking across processes -------------------------------------------------------------------
 
 LOCK_WORKER = textwrap.dedent("""
     import json, sys, time
-    from amber_pipeline.jobs import lifecycle as jobs
-    from amber_pipeline.jobs import quotes
+    from amber_pipeline.jobs import lifecycle, records
+    from amber_pipeline.jobs.request import JobRequest
     from amber_pipeline.money.identity import local_user
     from amber_pipeline.paths import AmberPaths
     from amber_pipeline.warehouse.catalog import Warehouse
@@ -220,13 +247,13 @@ LOCK_WORKER = textwrap.dedent("""
     counts = {"submitted": 0, "queries": 0, "sensor_reads": 0}
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        quotes.submit(wh, "default", local_user(), bench, "nop", [], 1)
+        lifecycle.submit(wh, "default", local_user(), JobRequest(benchmark=bench, agent="nop"))
         counts["submitted"] += 1
         with wh.query() as con:
             con.execute("select count(*) from jobs j join job_cells c on c.job_id = j.id").fetchone()
             con.execute("select count(*) from trials").fetchone()
         counts["queries"] += 1
-        jobs.new_cell_requests(wh, 0)
+        records.waiting_cells(wh, 0)
         counts["sensor_reads"] += 1
     print(json.dumps(counts), flush=True)
 """)
@@ -238,8 +265,8 @@ def test_warehouse_locking_never_fails_across_processes(tmp_path: Path, warehous
     counts = race(LOCK_WORKER, [[str(bench), "5"]] * 3)
     submitted = 1 + sum(c["submitted"] for c in counts)
     assert all(c["submitted"] > 0 and c["queries"] > 0 and c["sensor_reads"] > 0 for c in counts), counts
-    assert len(jobs.list_jobs(warehouse, "default")) == submitted
-    assert len(jobs.new_cell_requests(warehouse, 0)) == submitted
+    assert len(records.list_jobs(warehouse, "default")) == submitted
+    assert len(records.waiting_cells(warehouse, 0)) == submitted
     with warehouse.query() as con:
         assert con.execute("select count(*) from jobs").fetchone()[0] == submitted
         seqs = [r[0] for r in con.execute("select seq from jobs order by seq").fetchall()]

@@ -22,7 +22,7 @@ import pytest
 from helpers import funded
 
 from amber_pipeline.cli import embedded
-from amber_pipeline.jobs import lifecycle as jobs
+from amber_pipeline.jobs import records
 from amber_pipeline.money import wallet
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
@@ -158,9 +158,9 @@ def test_submit_job_through_graphql_runs_its_cell(dagster_dev: Dagster, tmp_path
 
     assert dagster_dev.wait("submit_job run end", left(), submit_done) == "SUCCESS"
     wh = Warehouse(AmberPaths.from_env())
-    [job] = jobs.list_jobs(wh, "default")
+    [job] = records.list_jobs(wh, "default")
     assert job.benchmark_label == "one-task-bench@1"
-    [cell] = jobs.cells_of(wh, job.id)
+    [cell] = records.cells_of(wh, job.id)
 
     def cell_runs() -> list[dict[str, Any]]:
         return dagster_dev.graphql(RUNS_OF_JOB, {"job": job.id})["runsOrError"]["results"]
@@ -176,7 +176,7 @@ def test_submit_job_through_graphql_runs_its_cell(dagster_dev: Dagster, tmp_path
         return status if status in ("SUCCESS", "FAILURE", "CANCELED") else None
 
     assert dagster_dev.wait("cell run end", left(), cell_run_done) == "SUCCESS"
-    job = jobs.get_job(wh, job.id, None)
+    job = records.get_job(wh, job.id, None)
     assert job.status == "completed", job
     with wh.query() as con:
         rows = con.execute("select agent, n_trials, mean_reward from cell_results").fetchall()

@@ -1,8 +1,9 @@
 """The life of a Job and its money: states, Quotes, expiry, estimates, cancel, ceiling, and the CLI.
 
 Everything is real: a DuckDB warehouse in a temporary AMBER_HOME, Docker sandboxes for the Trials,
-a Dagster test instance for the expiry schedule, and the `amber` CLI as a subprocess. Time is
-injected (`now=`) where the rule is about time; nothing is mocked.
+a Dagster test instance for the expiry schedule, and the `amber` CLI in this process (in a process of
+its own where the machine's time zone matters). Time is injected (`now=`) where the rule is about time,
+and prices (`prices=`) where a Trial must cost more than its Quote; nothing is mocked.
 """
 
 from __future__ import annotations
@@ -19,21 +20,23 @@ import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import dagster as dg
 import pytest
-from helpers import funded
+from helpers import cli, funded, ok, refusal, request
 
-from amber_pipeline.agents import catalog as agents
+from amber_pipeline.agents.catalog import agent_spec
 from amber_pipeline.cells import NO_MODEL, Cell
 from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import cell_run as pipeline
 from amber_pipeline.jobs import lifecycle as jobs
 from amber_pipeline.jobs import quotes
-from amber_pipeline.jobs.trial_runner import SANDBOX_USD_PER_HOUR
+from amber_pipeline.jobs.records import FINAL, cells_of, get_job, list_jobs
 from amber_pipeline.money import wallet
 from amber_pipeline.money.identity import DEFAULT_WORKSPACE, local_user
-from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
+from amber_pipeline.money.prices import PRICES, Prices, show, usd
+from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.sandbox import docker_engine
 from amber_pipeline.sandbox.environment import SANDBOX_LABEL
 from amber_pipeline.warehouse.catalog import Warehouse
@@ -41,11 +44,11 @@ from amber_pipeline.warehouse.schemas import TrialRecord
 from assets.resources import WarehouseResource
 
 DEMO = PROJECT_ROOT / "examples" / "demo-bench"
-AMBER = [sys.executable, "-m", "amber_pipeline.cli"]
 STATES = ("quoted", "running", "completed", "cancelled", "ceiling_reached", "failed")
 LEGAL = {("quoted", "running"), ("quoted", "cancelled"), ("running", "completed"), ("running", "cancelled"),
          ("running", "ceiling_reached"), ("running", "failed")}
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+NEW_YORK = ZoneInfo("America/New_York")
 
 
 @pytest.fixture
@@ -102,7 +105,7 @@ def state(wh: Warehouse, workspace: str = DEFAULT_WORKSPACE) -> wallet.WalletSta
 
 def prior_per_trial(wh: Warehouse, agent: str) -> Decimal:
     """The prior-based cost per Trial (with headroom) of a cell of the Agent that has no Trials yet."""
-    cell = Cell("no-such-version", agent, agents.get(agent).spec_id, NO_MODEL)
+    cell = Cell("no-such-version", agent, agent_spec(agent).spec_id, NO_MODEL)
     estimate = quotes.estimate_cell(wh, DEFAULT_WORKSPACE, cell, 1, 1)
     assert "prior" in estimate.basis
     return Decimal(estimate.cost_per_trial)
@@ -110,53 +113,62 @@ def prior_per_trial(wh: Warehouse, agent: str) -> Decimal:
 
 # ---- 1. states ---------------------------------------------------------------------------------------------
 
+def quote(wh: Warehouse, source: Path | str, trials: int = 1, workspace: str = DEFAULT_WORKSPACE,
+          now: datetime | None = None, agent: str = "oracle", bounds: bool = False) -> quotes.Quote:
+    """A Quote of the local (staff) user, as `amber job quote` makes it."""
+    return jobs.quote(wh, workspace, local_user(), request(str(source), agent, [], trials, bounds), now=now)
+
+
 def job_in(wh: Warehouse, source: Path, status: str) -> str:
     """A Job brought to a state through legal transitions only."""
-    job_id = quotes.create(wh, DEFAULT_WORKSPACE, local_user(), str(source), "oracle", [], 1).job_id
+    job_id = quote(wh, source).job_id
     path = {"quoted": [], "running": ["running"], "cancelled": ["cancelled"]}.get(status, ["running", status])
     for step in path:
         with wh.write() as con:
             jobs.transition(con, job_id, step)
-    assert jobs.get_job(wh, job_id, None).status == status
+    assert get_job(wh, job_id, None).status == status
     return job_id
 
 
 def test_every_transition_over_the_six_states(tmp_path: Path, wh: Warehouse) -> None:
     funded(wh)
     source = bench(tmp_path, "one", {"ini-port-change": "ini-port-change"})
-    assert set(jobs.TRANSITIONS) | set(jobs.FINAL) == set(STATES)
-    for a, b in LEGAL:
+    assert set(jobs.TRANSITIONS) | set(FINAL) == set(STATES)
+    in_state = {"quoted": job_in(wh, source, "quoted")}
+    for a, b in sorted(LEGAL):
         job_id = job_in(wh, source, a)
         with wh.write() as con:
             jobs.transition(con, job_id, b)
-        assert jobs.get_job(wh, job_id, None).status == b
+        assert get_job(wh, job_id, None).status == b
+        in_state[b] = job_id
+    assert set(in_state) == set(STATES)
     for a in STATES:
-        job_id = job_in(wh, source, a)  # a refused move changes nothing, so one Job serves every target
+        job_id = in_state[a]  # a refused move changes nothing, so one Job serves every target
         for b in STATES:
             if (a, b) in LEGAL:
                 continue
             with pytest.raises(AmberError) as refused, wh.write() as con:
                 jobs.transition(con, job_id, b)
             one_sentence(str(refused.value), f"is {a}", f"cannot become {b}", job_id)
-            assert jobs.get_job(wh, job_id, None).status == a
+            assert get_job(wh, job_id, None).status == a
     assert {(a, b) for a, tos in jobs.TRANSITIONS.items() for b in tos} == LEGAL
 
 
 # ---- 2. a short Wallet ---------------------------------------------------------------------------------------
 
 def test_a_quote_is_refused_with_the_amount_missing(tmp_path: Path, wh: Warehouse) -> None:
-    source = str(bench(tmp_path, "two", {"ini-port-change": "ini-port-change", "fix-off-by-one": "fix-off-by-one"}))
+    source = bench(tmp_path, "two", {"ini-port-change": "ini-port-change", "fix-off-by-one": "fix-off-by-one"})
     funded(wh, "rich", "100")
-    needed = quotes.create(wh, "rich", local_user(), source, "oracle", [], 10).amount
+    needed = quote(wh, source, 10, "rich").amount
     credit = Decimal("0.001")
     assert needed > credit
     funded(wh, "poor", str(credit))
     with pytest.raises(AmberError) as refused:
-        quotes.create(wh, "poor", local_user(), source, "oracle", [], 10)
-    one_sentence(str(refused.value), f"has {wallet.show(credit)} available",
-                 f"needs {wallet.show(needed)}", f"{wallet.show(needed - credit)} is missing")
+        quote(wh, source, 10, "poor")
+    one_sentence(str(refused.value), f"has {show(credit)} available",
+                 f"needs {show(needed)}", f"{show(needed - credit)} is missing")
     assert [e.kind for e in ledger(wh, "poor")] == ["credit"]
-    assert jobs.list_jobs(wh, "poor") == []
+    assert list_jobs(wh, "poor") == []
     with wh.read() as con:
         assert con.execute("select count(*) from quotes where workspace = 'poor'").fetchone() == (0,)
     assert state(wh, "poor").available == credit
@@ -166,29 +178,29 @@ def test_a_quote_is_refused_with_the_amount_missing(tmp_path: Path, wh: Warehous
 
 def test_an_expired_quote_cannot_start_and_its_reservation_is_refunded(tmp_path: Path, wh: Warehouse) -> None:
     funded(wh, amount="1")
-    source = str(bench(tmp_path, "one", {"ini-port-change": "ini-port-change"}))
-    fresh = quotes.create(wh, DEFAULT_WORKSPACE, local_user(), source, "oracle", [], 2, now=T0)
+    source = bench(tmp_path, "one", {"ini-port-change": "ini-port-change"})
+    fresh = quote(wh, source, 2, now=T0)
     assert fresh.expires_at == T0 + quotes.LIFETIME == T0 + timedelta(hours=1)
-    assert quotes.start(wh, DEFAULT_WORKSPACE, fresh.id, now=T0 + timedelta(minutes=59)).status == "running"
-    quote = quotes.create(wh, DEFAULT_WORKSPACE, local_user(), source, "oracle", [], 2, now=T0)
-    assert state(wh).reserved == fresh.amount + quote.amount
+    assert jobs.start(wh, DEFAULT_WORKSPACE, fresh.id, now=T0 + timedelta(minutes=59)).status == "running"
+    late = quote(wh, source, 2, now=T0)
+    assert state(wh).reserved == fresh.amount + late.amount
     with pytest.raises(AmberError) as refused:
-        quotes.start(wh, DEFAULT_WORKSPACE, quote.id, now=T0 + timedelta(minutes=61))
-    one_sentence(str(refused.value), f"Quote {quote.id} expired", "make a new one")
-    job = jobs.get_job(wh, quote.job_id, DEFAULT_WORKSPACE)
-    assert job.status == "cancelled" and job.message == quotes.EXPIRED
-    refunds = [e for e in ledger(wh) if e.kind == "refund" and e.quote_id == quote.id]
-    assert [e.amount for e in refunds] == [quote.amount]
-    assert totals(wh, quote.id) == (quote.amount, 0, quote.amount)
-    assert spending(wh, quote.job_id)["settled"] is True
+        jobs.start(wh, DEFAULT_WORKSPACE, late.id, now=T0 + timedelta(minutes=61))
+    one_sentence(str(refused.value), f"Quote {late.id} expired", "make a new one")
+    job = get_job(wh, late.job_id, DEFAULT_WORKSPACE)
+    assert job.status == "cancelled" and job.message == jobs.EXPIRED
+    refunds = [e for e in ledger(wh) if e.kind == "refund" and e.quote_id == late.id]
+    assert [e.amount for e in refunds] == [late.amount]
+    assert totals(wh, late.id) == (late.amount, 0, late.amount)
+    assert spending(wh, late.job_id)["settled"] is True
     assert state(wh).available == Decimal(1) - fresh.amount  # the started Job still holds its reservation
-    assert jobs.get_job(wh, fresh.job_id, None).status == "running"  # a started Job never expires
+    assert get_job(wh, fresh.job_id, None).status == "running"  # a started Job never expires
 
     entries = len(ledger(wh))
-    assert quotes.expire_due(wh, T0 + timedelta(hours=5)) == []
+    assert jobs.expire_due(wh, T0 + timedelta(hours=5)) == []
     assert len(ledger(wh)) == entries
     with pytest.raises(AmberError):  # and it stays unstartable
-        quotes.start(wh, DEFAULT_WORKSPACE, quote.job_id, now=T0 + timedelta(hours=5))
+        jobs.start(wh, DEFAULT_WORKSPACE, late.job_id, now=T0 + timedelta(hours=5))
     assert len(ledger(wh)) == entries
 
 
@@ -196,7 +208,7 @@ def test_the_expiry_schedule_runs_only_when_a_quote_is_due(tmp_path: Path, wh: W
     from assets.schedules import quote_expiry_job, quote_expiry_schedule  # here: assets/ imports all schedules
 
     funded(wh, amount="1")
-    source = str(bench(tmp_path, "one", {"ini-port-change": "ini-port-change"}))
+    source = bench(tmp_path, "one", {"ini-port-change": "ini-port-change"})
     now = datetime.now(UTC)
     resources = {"warehouse": WarehouseResource()}
     with dg.instance_for_test() as instance:
@@ -206,27 +218,34 @@ def test_the_expiry_schedule_runs_only_when_a_quote_is_due(tmp_path: Path, wh: W
             return quote_expiry_schedule(context)
 
         assert isinstance(evaluate(now), dg.SkipReason)
-        quote = quotes.create(wh, DEFAULT_WORKSPACE, local_user(), source, "oracle", [], 1,
-                              now=now - timedelta(minutes=90))
+        made = quote(wh, source, now=now - timedelta(minutes=90))
         assert isinstance(evaluate(now - timedelta(minutes=45)), dg.SkipReason)  # not yet an hour old
-        request = evaluate(now)
-        assert isinstance(request, dg.RunRequest)
-        assert quotes.due(wh, now) == [quote.id]
+        run_request = evaluate(now)
+        assert isinstance(run_request, dg.RunRequest)
+        assert quotes.due(wh, now) == [made.id]
         assert quote_expiry_job.execute_in_process(instance=instance, resources=resources).success
-        assert jobs.get_job(wh, quote.job_id, None).status == "cancelled"
-        assert totals(wh, quote.id) == (quote.amount, 0, quote.amount)
+        assert get_job(wh, made.job_id, None).status == "cancelled"
+        assert totals(wh, made.id) == (made.amount, 0, made.amount)
         assert state(wh).available == Decimal(1)
         assert isinstance(evaluate(now), dg.SkipReason)
 
 
+@pytest.mark.docker  # `amber job start` pings the Docker engine before it reads the Quote
 def test_the_expiry_sentence_tells_the_time_in_utc(tmp_path: Path, wh: Warehouse, amber_home: Path) -> None:
-    """Whatever the machine's time zone, a time labelled UTC is in UTC."""
+    """Whatever the machine's time zone, a time labelled UTC is in UTC.
+
+    A process of its own: the time zone of the catalog's timestamps is fixed when a process first opens DuckDB.
+    """
     funded(wh, amount="1")
-    source = str(bench(tmp_path, "one", {"ini-port-change": "ini-port-change"}))
-    quote = quotes.create(wh, DEFAULT_WORKSPACE, local_user(), source, "oracle", [], 1,
-                          now=datetime.now(UTC) - timedelta(hours=2))
-    refused(amber(amber_home, "job", "start", quote.id, env={"TZ": "America/New_York"}),
-            f"Quote {quote.id} expired at {quote.expires_at.astimezone(UTC):%H:%M:%S} UTC")
+    source = bench(tmp_path, "one", {"ini-port-change": "ini-port-change"})
+    made = quote(wh, source, now=datetime.now(UTC) - timedelta(hours=2))
+    r = subprocess.run([sys.executable, "-m", "amber_pipeline.cli", "job", "start", made.id], capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "TZ": "America/New_York"})
+    assert r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert r.stderr.startswith("amber: ") and r.stderr.count("\n") == 1, r.stderr
+    one_sentence(r.stderr.removeprefix("amber: ").strip(),
+                 f"Quote {made.id} expired at {made.expires_at.astimezone(UTC):%H:%M:%S} UTC")
+    assert made.expires_at.astimezone(UTC).hour != made.expires_at.astimezone(NEW_YORK).hour
 
 
 # ---- 4. estimates ------------------------------------------------------------------------------------------
@@ -234,21 +253,21 @@ def test_the_expiry_sentence_tells_the_time_in_utc(tmp_path: Path, wh: Warehouse
 @pytest.mark.docker
 def test_a_quote_uses_the_measured_mean_of_earlier_trials_of_the_cell(tmp_path: Path, wh: Warehouse) -> None:
     funded(wh)
-    source = str(bench(tmp_path, "two", {"ini-port-change": "ini-port-change", "fix-off-by-one": "fix-off-by-one"}))
-    first = quotes.create(wh, DEFAULT_WORKSPACE, local_user(), source, "oracle", [], 1)
+    source = bench(tmp_path, "two", {"ini-port-change": "ini-port-change", "fix-off-by-one": "fix-off-by-one"})
+    first = quote(wh, source)
     [cell] = first.cells
     assert "prior" in cell.basis and cell.n_tasks == 2 and cell.trials_per_task == 1
     assert Decimal(cell.total) == Decimal(cell.cost_per_trial) * 2 == first.amount
-    quotes.start(wh, DEFAULT_WORKSPACE, first.id)
+    jobs.start(wh, DEFAULT_WORKSPACE, first.id)
     records = pipeline.run_trials(wh, first.job_id, cell.cell_key)
     assert [r.outcome for r in records] == ["scored", "scored"]
 
-    second = quotes.create(wh, DEFAULT_WORKSPACE, local_user(), source, "oracle", [], 3)
+    second = quote(wh, source, 3)
     [again] = second.cells
     assert again.cell_key == cell.cell_key
     assert again.basis == "measured mean of 2 earlier Trials of this cell"
-    mean = wallet.usd(sum(Decimal(str(r.cost_usd)) for r in records) / 2)
-    assert Decimal(again.cost_per_trial) == wallet.usd(mean * Decimal("1.25"))
+    mean = usd(sum(Decimal(str(r.cost_usd)) for r in records) / 2)
+    assert Decimal(again.cost_per_trial) == usd(mean * quotes.HEADROOM) == usd(mean * Decimal("1.25"))
     assert Decimal(again.total) == Decimal(again.cost_per_trial) * 2 * 3 == second.amount
     assert totals(wh, first.id)[0] == totals(wh, first.id)[1] + totals(wh, first.id)[2]
 
@@ -296,8 +315,8 @@ def test_cancel_stops_in_flight_trials_and_refunds_what_was_not_spent(tmp_path: 
     source = bench(tmp_path, "hang", dict(zip(names, ("ini-port-change", "fix-off-by-one", "count-log-errors"),
                                               strict=True)), sleeps=dict.fromkeys(names, 120))
     funded(wh)
-    quote, job = quotes.submit(wh, DEFAULT_WORKSPACE, local_user(), str(source), "oracle", [], 1)
-    [cell] = jobs.cells_of(wh, job.id)
+    made, job = jobs.submit(wh, DEFAULT_WORKSPACE, local_user(), request(str(source), "oracle"))
+    [cell] = cells_of(wh, job.id)
     run = Background(wh, job.id, cell.cell_key)
     try:
         wait_for(lambda: sum(c.status == "running" for c in sandboxes(names)) == 2, 90, "two running sandboxes")
@@ -318,15 +337,15 @@ def test_cancel_stops_in_flight_trials_and_refunds_what_was_not_spent(tmp_path: 
     assert {r.outcome for r in run.records} == {"cancelled"}
     assert all(r.reward is None for r in run.records)
     assert charge_entries(wh, job.id) == []  # cancelled Trials are not charged
-    assert jobs.get_job(wh, job.id, None).status == "cancelled"
-    reserved, charged, refunded = totals(wh, quote.id)
-    assert reserved == quote.amount and charged == 0 and refunded == reserved == charged + refunded
+    assert get_job(wh, job.id, None).status == "cancelled"
+    reserved, charged, refunded = totals(wh, made.id)
+    assert reserved == made.amount and charged == 0 and refunded == reserved == charged + refunded
     row = spending(wh, job.id)
     assert row["settled"] is True and row["status"] == "cancelled"
     assert state(wh).reserved == 0 and state(wh).available == Decimal(100)
 
     # Stopped Trials measured nothing: the next Quote of this cell still uses the prior.
-    again = quotes.create(wh, DEFAULT_WORKSPACE, local_user(), str(source), "oracle", [], 1)
+    again = quote(wh, source)
     assert again.cells[0].cell_key == cell.cell_key
     assert "prior" in again.cells[0].basis, again.cells[0].basis
 
@@ -336,19 +355,22 @@ def test_cancel_stops_in_flight_trials_and_refunds_what_was_not_spent(tmp_path: 
 @pytest.mark.docker
 def test_at_the_ceiling_no_trial_starts_in_flight_ones_stop_and_results_stay(tmp_path: Path,
                                                                              wh: Warehouse) -> None:
-    """The Quote is made from the priors; Task a's oracle alone runs longer than the whole Quote pays for."""
+    """The Quote is made from the priors at the default prices; the cell runs at a sandbox price 10,000 times
+    higher, so Task a's oracle alone, a second or two long, costs more than the whole Quote pays for."""
     token = os.urandom(3).hex()
     a, b, c = f"ceil-a-{token}", f"ceil-b-{token}", f"ceil-c-{token}"
     reservation = 3 * (prior_per_trial(wh, "oracle") + prior_per_trial(wh, "nop"))
-    seconds = math.ceil(reservation / Decimal(str(SANDBOX_USD_PER_HOUR)) * 3600) + 2
+    steep = Prices(sandbox_usd_per_hour=PRICES.sandbox_usd_per_hour * 10_000)
+    seconds = math.ceil(reservation / steep.sandbox_usd_per_hour * 3600) + 1  # a's sandbox time costs more
+    assert seconds <= 2 and steep.sandbox_cost(seconds) > reservation
     source = bench(tmp_path, "ceil", {a: "ini-port-change", b: "fix-off-by-one", c: "count-log-errors"},
                    sleeps={a: seconds, b: 120})
     funded(wh)
-    quote, job = quotes.submit(wh, DEFAULT_WORKSPACE, local_user(), str(source), "oracle", [], 1, bounds=True)
-    assert quote.amount == reservation
-    cells = {cl.agent: cl for cl in jobs.cells_of(wh, job.id)}
+    made, job = jobs.submit(wh, DEFAULT_WORKSPACE, local_user(), request(str(source), "oracle", bounds=True))
+    assert made.amount == reservation
+    cells = {cl.agent: cl for cl in cells_of(wh, job.id)}
     try:
-        records = pipeline.run_trials(wh, job.id, cells["oracle"].cell_key)
+        records = pipeline.run_trials(wh, job.id, cells["oracle"].cell_key, prices=steep)
     finally:
         leftovers = sandboxes((a, b, c))
         for container in leftovers:
@@ -358,89 +380,81 @@ def test_at_the_ceiling_no_trial_starts_in_flight_ones_stop_and_results_stay(tmp
     by_task = {r.task_name: r for r in records}
     assert set(by_task) == {a, b}  # c never started
     assert by_task[a].outcome == "scored" and by_task[a].reward == 1.0
+    assert by_task[a].duration_sec >= seconds
     assert by_task[b].outcome == "cancelled"
     [charge] = charge_entries(wh, job.id)
     assert charge.trial_key == by_task[a].key
-    assert Decimal(str(by_task[a].cost_usd)) > quote.amount
-    assert charge.amount == quote.amount  # capped at the reservation
-    finished = jobs.get_job(wh, job.id, None)
+    assert Decimal(str(by_task[a].cost_usd)) > made.amount
+    assert charge.amount == made.amount  # capped at the reservation
+    finished = get_job(wh, job.id, None)
     assert finished.status == "ceiling_reached" and "reached its Quote" in (finished.message or "")
-    cell_status = {cl.agent: cl.status for cl in jobs.cells_of(wh, job.id)}
+    cell_status = {cl.agent: cl.status for cl in cells_of(wh, job.id)}
     assert cell_status == {"oracle": "done", "nop": "cancelled"}
 
     assert pipeline.run_trials(wh, job.id, cells["nop"].cell_key) == []
-    assert {cl.agent: cl.status for cl in jobs.cells_of(wh, job.id)}["nop"] == "cancelled"
-    assert jobs.get_job(wh, job.id, None).status == "ceiling_reached"
+    assert {cl.agent: cl.status for cl in cells_of(wh, job.id)}["nop"] == "cancelled"
+    assert get_job(wh, job.id, None).status == "ceiling_reached"
     with wh.query(DEFAULT_WORKSPACE) as con:
         visible = con.execute("select task_name, outcome, reward from trials where job_id = ? order by task_name",
                               [job.id]).fetchall()
     assert visible == [(a, "scored", 1.0), (b, "cancelled", None)]
-    reserved, charged, refunded = totals(wh, quote.id)
+    reserved, charged, refunded = totals(wh, made.id)
     assert reserved == charged + refunded and refunded == 0
     assert spending(wh, job.id)["settled"] is True
-    assert state(wh).balance == Decimal(100) - quote.amount and state(wh).reserved == 0
+    assert state(wh).balance == Decimal(100) - made.amount and state(wh).reserved == 0
 
 
 def test_a_trial_that_cost_nothing_does_not_reach_the_ceiling(tmp_path: Path, wh: Warehouse) -> None:
     funded(wh)
-    source = str(bench(tmp_path, "one", {"ini-port-change": "ini-port-change"}))
-    quote, job = quotes.submit(wh, DEFAULT_WORKSPACE, local_user(), source, "oracle", [], 1)
+    source = bench(tmp_path, "one", {"ini-port-change": "ini-port-change"})
+    made, job = jobs.submit(wh, DEFAULT_WORKSPACE, local_user(), request(str(source), "oracle"))
     charge = jobs.charge_trial(wh, job.id, f"{job.id}/free", 0.0)
     assert charge.amount == 0 and not charge.ceiling_reached
-    assert jobs.get_job(wh, job.id, None).status == "running"
-    assert {cl.status for cl in jobs.cells_of(wh, job.id)} == {"pending"}
-    assert totals(wh, quote.id) == (quote.amount, 0, 0)
+    assert get_job(wh, job.id, None).status == "running"
+    assert {cl.status for cl in cells_of(wh, job.id)} == {"pending"}
+    assert totals(wh, made.id) == (made.amount, 0, 0)
 
 
 # ---- 7. the CLI ----------------------------------------------------------------------------------------------
 
-def amber(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*AMBER, *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "AMBER_HOME": str(home), "COLUMNS": "200", **(env or {})})
+def refused(result, *fragments: str) -> None:
+    one_sentence(refusal(result), *fragments)
 
 
-def ok(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
-
-
-def refused(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert "Traceback" not in result.stderr + result.stdout
-    message = " ".join(result.stderr.split())
-    assert message.startswith("amber: ")
-    one_sentence(message.removeprefix("amber: "), *fragments)
-
-
-def test_the_money_flow_through_the_cli(tmp_path: Path) -> None:
-    home = tmp_path / "home"
+@pytest.mark.docker  # `amber job start` pings the Docker engine (no Trial runs)
+def test_the_money_flow_through_the_cli(tmp_path: Path, wh: Warehouse) -> None:
     source = bench(tmp_path, "cli-bench", {"ini-port-change": "ini-port-change", "fix-off-by-one": "fix-off-by-one"})
-    ok(amber(home, "workspace", "create", "team"))
-    refused(amber(home, "--user", "mallory", "credit", "add", "--workspace", "team", "--amount", "1",
-                  "--reason", "please"), "Only Amber staff can add a Credit", "mallory")
-    refused(amber(home, "credit", "add", "--workspace", "team", "--amount", "1"), "needs a reason")
-    ok(amber(home, "credit", "add", "--workspace", "team", "--amount", "1", "--reason", "trial credit"))
+    ok(cli("workspace", "create", "team"))
+    refused(cli("--user", "mallory", "--workspace", "team", "credit", "add", "--amount", "1", "--reason", "please"),
+            "Only Amber staff can add a Credit", "mallory")
+    refused(cli("--workspace", "team", "credit", "add", "--amount", "1"), "needs a reason")
+    assert ok(cli("--workspace", "team", "credit", "add", "--amount", "1", "--reason", "trial credit")) == \
+        "Credited $1.00 to Workspace team.\n"
 
-    out = ok(amber(home, "--workspace", "team", "job", "quote", str(source), "--agent", "oracle"))
+    out = ok(cli("--workspace", "team", "job", "quote", str(source), "--agent", "oracle"))
     quote_id = re.search(r"amber job start (quote-[0-9a-f]+)", out)
     assert quote_id, out
-    quote = quotes.get(Warehouse(AmberPaths(home)), "team", quote_id.group(1))
-    assert "prior" in out and quote.job_id in out
-    out = ok(amber(home, "--workspace", "team", "job", "start", quote.id))
-    assert f"Started {quote.job_id}" in " ".join(out.split())
+    made = quotes.get(wh, "team", quote_id.group(1))
+    assert "prior" in out and made.job_id in out and f"Reserved {show(made.amount)}" in out
+    assert get_job(wh, made.job_id, "team").status == "quoted"
+    out = ok(cli("--workspace", "team", "job", "start", made.id))
+    assert f"Started {made.job_id}" in " ".join(out.split())
+    assert get_job(wh, made.job_id, "team").status == "running"
 
-    money = json.loads(ok(amber(home, "--workspace", "team", "wallet", "--json")))
-    assert Decimal(money["balance"]) == 1 and Decimal(money["reserved"]) == quote.amount > 0
-    assert Decimal(money["available"]) == 1 - quote.amount
+    money = json.loads(ok(cli("--workspace", "team", "wallet", "--json")))
+    assert Decimal(money["balance"]) == 1 and Decimal(money["reserved"]) == made.amount > 0
+    assert Decimal(money["available"]) == 1 - made.amount
     assert [e["kind"] for e in money["ledger"]] == ["credit", "reservation"]
     assert money["ledger"][0]["reason"] == "trial credit"
 
-    out = ok(amber(home, "--workspace", "team", "job", "cancel", quote.job_id))
-    assert f"{quote.job_id} is cancelled" in out
-    money = json.loads(ok(amber(home, "--workspace", "team", "wallet", "--json")))
+    out = ok(cli("--workspace", "team", "job", "cancel", made.job_id))
+    assert f"{made.job_id} is cancelled" in out
+    money = json.loads(ok(cli("--workspace", "team", "wallet", "--json")))
     assert Decimal(money["reserved"]) == 0 and Decimal(money["available"]) == 1 == Decimal(money["balance"])
     assert [(e["kind"], Decimal(e["amount"])) for e in money["ledger"]][1:] == [
-        ("reservation", quote.amount), ("refund", quote.amount)]
-    out = ok(amber(home, "--workspace", "team", "sql",
-                   f"select status, settled from job_spending where job_id = '{quote.job_id}'"))
+        ("reservation", made.amount), ("refund", made.amount)]
+    out = ok(cli("--workspace", "team", "sql",
+                 f"select status, settled from job_spending where job_id = '{made.job_id}'"))
     assert re.search(r"cancelled\s*│\s*True", out), out
+    # A started (now cancelled) Job's Quote cannot be started again.
+    refused(cli("--workspace", "team", "job", "start", made.id), made.job_id, "is cancelled", "cannot become running")

@@ -47,11 +47,12 @@ from harbor.environments.definition import environment_content_hash  # noqa: E40
 from harbor.models.task.config import TaskConfig as TaskToml  # noqa: E402
 from harbor.models.trial.paths import TrialPaths  # noqa: E402
 
-from amber_pipeline.jobs import outcomes, trial_runner  # noqa: E402
+from amber_pipeline.jobs import outcomes  # noqa: E402
+from amber_pipeline.models.endpoint import offline_litellm  # noqa: E402
 from amber_pipeline.sandbox import environment as sandbox  # noqa: E402
 from amber_pipeline.sandbox.environment import AmberSandbox  # noqa: E402
 
-trial_runner.quiet_harbor()
+offline_litellm()
 
 PASS_TEST = "#!/bin/bash\nmkdir -p /logs/verifier\n[ -f /app/done ] && printf 1 > /logs/verifier/reward.txt " \
             "|| printf 0 > /logs/verifier/reward.txt\n"

@@ -15,17 +15,14 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-import typer
 from helpers import submit
 from typer.testing import CliRunner
 
-from amber_pipeline.analysis import sources
+from amber_pipeline.analysis import sources, trial_folders
 from amber_pipeline.analysis.evidence import TrialEvidence
-from amber_pipeline.cli import imports as cli_sources
+from amber_pipeline.cli.app import app
 from amber_pipeline.errors import AmberError
-from amber_pipeline.jobs import cell_run as pipeline
-from amber_pipeline.jobs import lifecycle as jobs
-from amber_pipeline.money.identity import Actor
+from amber_pipeline.jobs import cell_run, records
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.schemas import TrialRecord, trials_table
@@ -70,7 +67,7 @@ def by_name(evidence: list[TrialEvidence]) -> dict[str, TrialEvidence]:
 
 @pytest.mark.parametrize("job", JOBS)
 def test_every_field_matches_the_files(job: str) -> None:
-    evidence = by_name(sources.read_harbor_folder(GOLDEN / job))
+    evidence = by_name(trial_folders.read_harbor_folder(GOLDEN / job))
     trials = finished_trials(job)
     assert sorted(evidence) == sorted(read(t / "result.json")["trial_name"] for t in trials)
     for trial in trials:
@@ -107,7 +104,7 @@ def test_every_field_matches_the_files(job: str) -> None:
 
 
 def test_the_edited_variants() -> None:
-    e = by_name(sources.read_harbor_folder(GOLDEN / "demo-edited"))
+    e = by_name(trial_folders.read_harbor_folder(GOLDEN / "demo-edited"))
     assert "csv-region-totals__EdRunng" not in e  # still running: no result.json
     timeout = e["count-log-errors__EdTmout"]
     assert timeout.timed_out and timeout.agent_timeout_sec == 30.0 and timeout.agent_duration_sec == 30.0
@@ -136,7 +133,7 @@ def test_timeout_from_task_toml_times_the_multiplier(tmp_path: Path) -> None:
         r["config"]["task"]["path"] = str(DEMO / r["task_name"]) if "off-by-one" in name else "/nowhere/task"
         r["config"]["agent_timeout_multiplier"] = 0.5
 
-    e = sources.read_harbor_folder(_copy_job(tmp_path, "demo-terminus", edit))
+    e = trial_folders.read_harbor_folder(_copy_job(tmp_path, "demo-terminus", edit))
     limits = {x.task_name: x.agent_timeout_sec for x in e}
     toml_limit = 120.0  # examples/demo-bench/fix-off-by-one/task.toml
     assert "timeout_sec = 120.0" in (DEMO / "fix-off-by-one" / "task.toml").read_text()
@@ -152,7 +149,7 @@ def test_attempts_follow_start_order_within_route_and_task(tmp_path: Path) -> No
     r = read(earlier / "result.json")
     r["trial_name"], r["started_at"] = earlier.name, "2026-12-02T20:00:00Z"
     (earlier / "result.json").write_text(json.dumps(r))
-    attempts = {e.trial_name: e.attempt for e in sources.read_harbor_folder(job)}
+    attempts = {e.trial_name: e.attempt for e in trial_folders.read_harbor_folder(job)}
     assert attempts == {"count-log-errors__Earlier": 1, "count-log-errors__Xnsg32Z": 2,
                         "fix-backup-script__2QQs7jH": 1, "fix-off-by-one__f8X6Cic": 1}
 
@@ -161,10 +158,10 @@ def test_import_twice_changes_nothing_and_the_view_is_scoped(tmp_path: Path) -> 
     wh = wh_at(tmp_path)
     name, rows = sources.import_harbor(wh, WS, GOLDEN / "demo-terminus")
     assert (name, rows) == ("harbor:demo-terminus", 3)
-    [stored] = list(wh.imports.glob("*.parquet"))
+    [stored] = list(wh.paths.imports.glob("*.parquet"))
     before = pq.read_table(stored)
     assert sources.import_harbor(wh, WS, GOLDEN / "demo-terminus") == (name, rows)
-    assert list(wh.imports.glob("*.parquet")) == [stored]
+    assert list(wh.paths.imports.glob("*.parquet")) == [stored]
     after = pq.read_table(stored)
     assert after.num_rows == before.num_rows == 3 and after.equals(before)
     sources.import_harbor(wh, "other", GOLDEN / "demo-bounds")
@@ -187,7 +184,7 @@ def test_the_view_exists_before_any_import(tmp_path: Path) -> None:
 def test_load_each_kind_of_source(tmp_path: Path) -> None:
     wh = wh_at(tmp_path)
     direct = sources.load(wh, WS, str(GOLDEN / "demo-broken"))
-    assert direct == sources.read_harbor_folder(GOLDEN / "demo-broken")
+    assert direct == trial_folders.read_harbor_folder(GOLDEN / "demo-broken")
     sources.import_harbor(wh, WS, GOLDEN / "demo-broken")
     imported = sources.load(wh, WS, "harbor:demo-broken")
     assert sorted(imported, key=lambda e: e.trial_name) == sorted(direct, key=lambda e: e.trial_name)
@@ -231,10 +228,11 @@ def _texts_of_trials() -> list[str]:
 
 def test_no_evidence_field_carries_a_prompt_or_a_message(tmp_path: Path) -> None:
     wh = wh_at(tmp_path)
-    evidence = [e for job in JOBS for e in sources.read_harbor_folder(GOLDEN / job)]
+    evidence = [e for job in JOBS for e in trial_folders.read_harbor_folder(GOLDEN / job)]
     for job in JOBS:
         sources.import_harbor(wh, WS, GOLDEN / job)
-    stored = [v for f in wh.imports.glob("*.parquet") for row in pq.read_table(f).to_pylist() for v in row.values()]
+    stored = [v for f in wh.paths.imports.glob("*.parquet") for row in pq.read_table(f).to_pylist()
+              for v in row.values()]
     strings = [v for e in evidence for v in dataclasses.asdict(e).values() if isinstance(v, str)]
     strings += [v for v in stored if isinstance(v, str)]
     pieces = {t.strip()[i:i + 40] for t in _texts_of_trials() for i in (0, len(t.strip()) // 2)
@@ -243,20 +241,12 @@ def test_no_evidence_field_carries_a_prompt_or_a_message(tmp_path: Path) -> None
     assert not [(p, s) for p in pieces for s in strings if p in s]
 
 
-def test_the_cli_command(tmp_path: Path) -> None:
-    wh = wh_at(tmp_path)
-    app = typer.Typer()
-
-    @app.callback()
-    def _root() -> None:
-        pass
-
-    cli_sources.register(app, lambda: (wh, Actor("tester", WS), WS))
+def test_the_cli_command(amber_home: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["import-harbor", str(GOLDEN / "demo-bounds")])
     assert result.exit_code == 0, result.output
-    assert "harbor:demo-bounds" in result.output and "6 Trials" in result.output
+    assert "harbor:demo-bounds" in result.stdout and "6 Trials" in result.stdout
     result = CliRunner().invoke(app, ["import-harbor", str(tmp_path / "missing")])
-    assert isinstance(result.exception, AmberError)
+    assert result.exit_code == 1 and result.stderr.startswith(f"amber: No Harbor job folder at {tmp_path}")
 
 
 def _record(job_id: str, trial_dir: Path, outcome: str, attempt: int) -> TrialRecord:
@@ -270,13 +260,13 @@ def _record(job_id: str, trial_dir: Path, outcome: str, attempt: int) -> TrialRe
         duration_sec=3.0, image_id=None, trial_dir=str(trial_dir))
 
 
-def test_from_amber_joins_records_with_their_trial_folders(tmp_path: Path) -> None:
+def test_a_jobs_evidence_joins_its_trial_rows_with_their_folders(tmp_path: Path) -> None:
     wh = wh_at(tmp_path)
     job = submit(wh, str(_one_task_bench(tmp_path)), "oracle", [], 1)
     trial = GOLDEN / "demo-broken" / "count-log-errors__KnH5ndg"
     records = [_record(job.id, trial, "scored", 1), _record(job.id, trial, "cancelled", 2)]
     wh.write_parquet(trials_table(records), wh.trials_file("cell", job.id))
-    [e] = sources.from_amber(wh, job.id, WS)
+    [e] = sources.amber_job(wh, WS, job.id)
     assert (e.source, e.trial_name, e.model, e.attempt, e.reward, e.errored) == (
         job.id, "count-log-errors__1", "replay-weak", 1, 0.0, False)
     assert (e.input_tokens, e.output_tokens, e.cost_usd) == (10, 5, 0.25)  # Amber's, not the folder's
@@ -288,10 +278,28 @@ def test_from_amber_joins_records_with_their_trial_folders(tmp_path: Path) -> No
         sources.load(wh, "other", job.id)
 
 
+def test_a_jobs_evidence_is_derived_when_first_read_and_again_only_when_its_trials_change(tmp_path: Path) -> None:
+    wh = wh_at(tmp_path)
+    job = submit(wh, str(_one_task_bench(tmp_path)), "oracle", [], 1)
+    trial = GOLDEN / "demo-broken" / "count-log-errors__KnH5ndg"
+    trial_file = wh.trials_file("cell", job.id)
+    wh.write_parquet(trials_table([_record(job.id, trial, "scored", 1)]), trial_file)
+    assert not wh.paths.evidence.exists()  # storing Trials derives nothing
+    [first] = sources.amber_job(wh, WS, job.id)
+    [derived] = wh.paths.evidence.glob("*/*.parquet")
+    stamp = derived.stat().st_mtime_ns
+    assert sources.amber_job(wh, WS, job.id) == [first] and derived.stat().st_mtime_ns == stamp  # not derived twice
+    wh.write_parquet(trials_table([_record(job.id, trial, "scored", 1), _record(job.id, trial, "errored", 2)]),
+                     trial_file)  # a restarted cell run rewrites its Trial file
+    again = sources.amber_job(wh, WS, job.id)
+    assert [e.attempt for e in again] == [1, 2] and again[1].errored
+    assert list(wh.paths.evidence.glob("*/*.parquet")) != [derived] and len(list(wh.paths.evidence.glob("*/*"))) == 1
+
+
 def test_a_job_without_trials(tmp_path: Path) -> None:
     wh = wh_at(tmp_path)
     job = submit(wh, str(_one_task_bench(tmp_path)), "oracle", [], 1)
-    assert sources.from_amber(wh, job.id, WS) == []
+    assert sources.amber_job(wh, WS, job.id) == []
     with pytest.raises(AmberError, match=rf"^Job {job.id} has no Trials: "):
         sources.load(wh, WS, job.id)
 
@@ -305,11 +313,11 @@ def _one_task_bench(tmp_path: Path) -> Path:
 
 
 @pytest.mark.docker
-def test_from_amber_on_a_real_job(tmp_path: Path) -> None:
+def test_a_real_jobs_evidence(tmp_path: Path) -> None:
     wh = wh_at(tmp_path)
     job = submit(wh, str(_one_task_bench(tmp_path)), "oracle", [], 1, bounds=True)
-    for cell in jobs.cells_of(wh, job.id):
-        pipeline.run_trials(wh, job.id, cell.cell_key)
+    for cell in records.cells_of(wh, job.id):
+        cell_run.run_trials(wh, job.id, cell.cell_key)
     evidence = {e.agent: e for e in sources.load(wh, WS, job.id)}
     assert sorted(evidence) == ["nop", "oracle"]
     oracle, nop = evidence["oracle"], evidence["nop"]
@@ -332,7 +340,7 @@ def test_failure_causes_view_over_an_imported_folder(tmp_path: Path) -> None:
 
     wh = wh_at(tmp_path)
     sources.import_harbor(wh, WS, GOLDEN / "demo-broken")
-    expected = sorted((e.trial_name, failure_cause(e)) for e in sources.read_harbor_folder(GOLDEN / "demo-broken")
+    expected = sorted((e.trial_name, failure_cause(e)) for e in trial_folders.read_harbor_folder(GOLDEN / "demo-broken")
                       if not e.passed)
     with wh.query(WS) as con:
         rows = sorted(con.execute("select trial_name, cause from failure_causes").fetchall())

@@ -29,10 +29,11 @@ from helpers import funded, race, submit
 
 from amber_pipeline.cells import cell_file_id
 from amber_pipeline.jobs import cell_run as pipeline
-from amber_pipeline.jobs import lifecycle as jobs
 from amber_pipeline.jobs import quotes
+from amber_pipeline.jobs.records import Job, cells_of, get_job
 from amber_pipeline.money import wallet
 from amber_pipeline.money.identity import Actor, local_user
+from amber_pipeline.money.prices import MICRO, usd
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.sandbox.environment import SANDBOX_LABEL
 from amber_pipeline.warehouse.catalog import Warehouse
@@ -155,7 +156,7 @@ def test_racing_processes_never_overdraw_and_charge_each_attempt_once(warehouse:
     assert all(r["retry_nonzero"] == 0 for r in reports), "a retried charge was charged again"
 
     rows = ledger_rows(warehouse, WORKSPACE)
-    assert all(isinstance(amount, Decimal) and amount == amount.quantize(wallet.MICRO) for _, _, amount, *_ in rows)
+    assert all(isinstance(amount, Decimal) and amount == amount.quantize(MICRO) for _, _, amount, *_ in rows)
     entry_keys = [r[5] for r in rows]
     assert len(entry_keys) == len(set(entry_keys))
 
@@ -262,7 +263,7 @@ def sandboxes(task_names: list[str], running: bool = False) -> dict[str, str]:
 @dataclass(frozen=True)
 class CrashRun:
     task_names: list[str]
-    job: jobs.Job
+    job: Job
     charged_before_kill: list[str]
     cell_status_after_kill: str
     orphans_after_kill: list[str]
@@ -294,7 +295,7 @@ def crash(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CrashRun]:
             mp.setitem(quotes.PRIORS, "nop", quotes.Prior(0, 0, 600.0))
             wh = Warehouse(AmberPaths.from_env())
             job = submit(wh, str(tmp / "bench"), "nop", [], 1)
-            [cell] = jobs.cells_of(wh, job.id)
+            [cell] = cells_of(wh, job.id)
             yield _crash_and_restart(wh, tmp, names, job, cell.cell_key)
     finally:
         leftovers = list(sandboxes(names))
@@ -314,7 +315,7 @@ def _in_flight(wh: Warehouse, job_id: str, names: list[str]) -> bool:
     return bool(charged) and bool(set(sandboxes(names, running=True).values()) - charged)
 
 
-def _crash_and_restart(wh: Warehouse, tmp: Path, names: list[str], job: jobs.Job, cell_key: str) -> CrashRun:
+def _crash_and_restart(wh: Warehouse, tmp: Path, names: list[str], job: Job, cell_key: str) -> CrashRun:
     log = tmp / "killed-run.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-c", CELL_WORKER, job.id, cell_key], cwd=PROJECT_ROOT,
@@ -331,7 +332,7 @@ def _crash_and_restart(wh: Warehouse, tmp: Path, names: list[str], job: jobs.Job
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     charged_before = [key for key, _ in _charged(wh, job.id)]
-    [killed_cell] = jobs.cells_of(wh, job.id)
+    [killed_cell] = cells_of(wh, job.id)
     time.sleep(1)  # nothing is left to remove them, but give a removal already under way its moment
     orphans = list(sandboxes(names))
 
@@ -351,8 +352,8 @@ def _crash_and_restart(wh: Warehouse, tmp: Path, names: list[str], job: jobs.Job
     return CrashRun(
         task_names=names, job=job, charged_before_kill=charged_before, cell_status_after_kill=killed_cell.status,
         orphans_after_kill=orphans, records=records, charges=_charged(wh, job.id),
-        job_status=jobs.get_job(wh, job.id, None).status,
-        cell_statuses=[c.status for c in jobs.cells_of(wh, job.id)], totals=totals,
+        job_status=get_job(wh, job.id, None).status,
+        cell_statuses=[c.status for c in cells_of(wh, job.id)], totals=totals,
         parquet_tasks=sorted(table.column("task_name").to_pylist()), left_after_restart=left)
 
 
@@ -379,7 +380,7 @@ def test_a_killed_cell_run_run_again_charges_each_trial_once(crash: CrashRun) ->
     assert crash.parquet_tasks == sorted(crash.task_names)
     # Each stored Trial row shows what the ledger charged for it, also for Trials charged before the kill.
     charged_by_key = dict(crash.charges)
-    assert all(wallet.usd(r.cost_usd) == charged_by_key[r.key] for r in crash.records), crash.records
+    assert all(usd(r.cost_usd) == charged_by_key[r.key] for r in crash.records), crash.records
 
 
 @pytest.mark.docker

@@ -55,7 +55,7 @@ AGENTS: dict[str, AgentSpec] = {
 DEFAULT_AGENT = "terminus-2"
 
 
-def get(name: str) -> AgentSpec:
+def agent_spec(name: str) -> AgentSpec:
     if name not in AGENTS:
         raise AmberError(f"Unknown Agent {name!r}: choose one of {', '.join(AGENTS)}.")
     return AGENTS[name]

@@ -1,9 +1,9 @@
-"""Comparing two runs, placing a round on a public board, and planning a round.
+"""Comparing two runs on paired cases.
 
-Sections 4, 4b and 5 of ``evaluation-analysis.md``, on :class:`TrialEvidence` from any source. The
-statistics are those of :mod:`analysis_stats` (Agresti-Min interval, exact McNemar, verdicts, advice,
-Benjamini-Hochberg, rank ranges, power) and :mod:`stats` (Amber's paired bootstrap); this module only
-pairs the evidence, calls them, and words the caveats. Results are plain dicts that ``json.dumps``
+Section 4 of ``evaluation-analysis.md``, on :class:`TrialEvidence` from any source. The
+statistics are those of :mod:`statistics` (Agresti-Min interval, exact McNemar, verdicts, advice,
+Benjamini-Hochberg, power) and the scoring engine (Amber's paired bootstrap of the mean Reward); this
+module only pairs the evidence, calls them, and words the caveats. Results are plain dicts that ``json.dumps``
 as they are: a NaN comes out as ``None``.
 
 Pairing. A case is a (Task, route) pair scored on both sides; each side's outcome is its latest
@@ -15,22 +15,18 @@ mean Reward difference and the costs all cover the paired cases only.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
-from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from amber_pipeline.analysis import statistics as st
 from amber_pipeline.analysis.evidence import TrialEvidence
+from amber_pipeline.analysis.plan import ALPHA, POWER
+from amber_pipeline.analysis.scores import evidence_row, score_rows
 from amber_pipeline.errors import AmberError
-from amber_pipeline.scoring import bootstrap as stats
+from amber_pipeline.scoring.bootstrap import NO_INTERVAL
+from amber_pipeline.scoring.engine import PairedDifference, difference
 
-ALPHA = 0.05
-POWER = 0.8
 BY_ROUTE, BY_TASK = "task_and_route", "task"
 Case = tuple[str, str]  # (Task, route)
 
@@ -38,7 +34,7 @@ Case = tuple[str, str]  # (Task, route)
 # ---- pairing -----------------------------------------------------------------------------------
 
 def _later(a: TrialEvidence, b: TrialEvidence) -> bool:
-    """a is the later attempt: higher attempt number, then later start (the rule of analysis_report)."""
+    """a is the later attempt: higher attempt number, then later start (the rule of report.py)."""
     if a.attempt != b.attempt:
         return a.attempt > b.attempt
     try:
@@ -72,25 +68,23 @@ def _routes(cases: Collection[Case]) -> list[str]:
     return sorted({r for _, r in cases})
 
 
-def _finite(x: float) -> float | None:
-    return None if math.isnan(x) else x
-
-
-def _interval(lo_hi: tuple[float, float], scale: float = 100.0) -> list[float | None]:
-    return [_finite(scale * lo_hi[0]), _finite(scale * lo_hi[1])]
-
-
 def _cost(evidence: Sequence[TrialEvidence], cases: set[Case]) -> tuple[float, int]:
     """Total cost of every attempt (scored or not) on the cases, and how many attempts had no cost."""
     mine = [e for e in evidence if (e.task_name, e.route) in cases]
     return math.fsum(e.cost_usd or 0.0 for e in mine), sum(e.cost_usd is None for e in mine)
 
 
-def _task_means(evidence: Sequence[TrialEvidence], case_key: Mapping[Case, str]) -> dict[str, float]:
-    """Mean Reward per paired case over its non-Errored Trials (spec 1), keyed like the other side."""
-    mine = [e for e in evidence if (e.task_name, e.route) in case_key]
-    return stats.per_task_means([case_key[(e.task_name, e.route)] for e in mine],
-                                [None if e.errored else e.reward for e in mine])
+def _mean_reward_difference(cand: Sequence[TrialEvidence], base: Sequence[TrialEvidence],
+                            cand_key: Mapping[Case, str], base_key: Mapping[Case, str]) -> PairedDifference:
+    """The engine's paired bootstrap of candidate minus baseline mean Reward over the paired cases (spec 1),
+    each side one cell whose Tasks are the cases (keyed alike on both sides)."""
+    rows = [evidence_row(e, cell=side, task=key[(e.task_name, e.route)])
+            for side, evidence, key in (("candidate", cand, cand_key), ("baseline", base, base_key))
+            for e in evidence if (e.task_name, e.route) in key]
+    cells = {c.cell: c for c in score_rows(rows).cells}
+    if {"candidate", "baseline"} - cells.keys():
+        return PairedDifference(math.nan, NO_INTERVAL, 0)
+    return difference(cells["candidate"], cells["baseline"])
 
 
 def _counts(pairs: Sequence[tuple[TrialEvidence, TrialEvidence]]) -> tuple[int, int, int]:
@@ -193,8 +187,8 @@ def compare(baseline: Sequence[TrialEvidence], candidate: Sequence[TrialEvidence
     used_b, used_c = [e for e in base if (e.task_name, e.route) in b_set], \
         [e for e in cand if (e.task_name, e.route) in c_set]
     keys = [f"{t}\x1f{r}" for t, r in labels]
-    mrd = stats.paired_difference(_task_means(cand, dict(zip(c_cases, keys, strict=True))),
-                                  _task_means(base, dict(zip(b_cases, keys, strict=True))))
+    mrd = _mean_reward_difference(cand, base, dict(zip(c_cases, keys, strict=True)),
+                                  dict(zip(b_cases, keys, strict=True)))
     cost_b, unknown_b = _cost(base, b_set)
     cost_c, unknown_c = _cost(cand, c_set)
 
@@ -213,16 +207,16 @@ def compare(baseline: Sequence[TrialEvidence], candidate: Sequence[TrialEvidence
         for r in _routes(b_cases):
             i, g, m = _counts([pair for pair, (_, pr) in zip(pairs, b_cases, strict=True) if pr == r])
             per_route.append({"route": r, "paired_cases": m, "improved": i, "regressed": g,
-                              "difference_ci95": _interval(st.agresti_min_interval(i, g, m)),
+                              "difference_ci95": st.percent_interval(st.agresti_min_interval(i, g, m)),
                               "p_value": st.mcnemar_exact_p(i, g)})
     return {
         "baseline_rate_percent": 100.0 * sum(b.passed for b, _ in pairs) / n,
         "candidate_rate_percent": 100.0 * sum(c.passed for _, c in pairs) / n,
         "difference_points": 100.0 * (improved - regressed) / n,
-        "difference_ci95": _interval(diff),
+        "difference_ci95": st.percent_interval(diff),
         "verdict": verdict,
         "p_value": p,
-        "detectable_change_points": _finite(st.paired_detectable_change_points(n, flip, ALPHA, POWER)),
+        "detectable_change_points": st.defined(st.paired_detectable_change_points(n, flip, ALPHA, POWER)),
         "flip_share_percent": 100.0 * flip,
         "margin_points": margin_points,
         "caveats": caveats,
@@ -234,8 +228,8 @@ def compare(baseline: Sequence[TrialEvidence], candidate: Sequence[TrialEvidence
         "pairing": pairing,
         "routes": {"baseline": _routes(b_cases), "candidate": _routes(c_cases)},
         "per_route": per_route,
-        "mean_reward_difference": {"mean": _finite(mrd.mean_difference),
-                                   "ci95": [_finite(mrd.ci95.low), _finite(mrd.ci95.high)],
+        "mean_reward_difference": {"mean": st.defined(mrd.mean),
+                                   "ci95": [st.defined(mrd.ci95.low), st.defined(mrd.ci95.high)],
                                    "n_shared_tasks": mrd.n_shared_tasks, "too_close_to_call": mrd.too_close_to_call},
         "advice": st.advice(verdict, cost_b, cost_c, margin_points, interval),
         "cost_usd": {"baseline": cost_b, "candidate": cost_c},
@@ -258,226 +252,3 @@ def compare_many(baseline: Sequence[TrialEvidence], candidates: Mapping[str, Seq
             r["caveats"].append(f"Among {len(results)} comparisons its Benjamini-Hochberg q = {q:.3g} is not below "
                                 "0.05, so this finding may be one of chance.")
     return {"comparisons": results, "n_comparisons": len(results), "q_method": "Benjamini-Hochberg"}
-
-
-# ---- leaderboard -------------------------------------------------------------------------------
-
-BOARD_FIELDS = "agent, model, pass_rate (percent) and trials_per_task"
-
-
-def _board_row(raw: Mapping[Any, Any], i: int, where: str) -> dict[str, Any]:
-    if None in raw:
-        raise AmberError(f"{where} row {i} has more fields than the header: fix the file.")
-    row = {str(k).strip().lower(): v for k, v in raw.items()}
-    for field in ("agent", "model", "pass_rate"):
-        if field not in row or row[field] is None:
-            raise AmberError(f"{where} row {i} has no {field}: every row needs {BOARD_FIELDS}.")
-    agent, model = str(row["agent"]).strip(), str(row["model"]).strip()
-    if not agent:
-        raise AmberError(f"{where} row {i} has an empty agent: name the agent of every row.")
-    text = str(row["pass_rate"]).strip().removesuffix("%")
-    try:
-        rate = float(text)
-    except ValueError:
-        rate = math.nan
-    if isinstance(row["pass_rate"], bool) or not 0.0 <= rate <= 100.0:
-        raise AmberError(f"{where} row {i} has pass_rate {row['pass_rate']!r}: give a percent from 0 to 100.")
-    trials = row.get("trials_per_task")
-    if trials is not None and str(trials).strip() != "":
-        try:
-            trials = int(str(trials).strip())
-        except ValueError:
-            trials = 0
-        if trials < 1 or isinstance(row["trials_per_task"], bool | float):
-            raise AmberError(f"{where} row {i} has trials_per_task {row['trials_per_task']!r}: give a whole "
-                             "number of at least 1, or leave it empty.")
-    else:
-        trials = None
-    return {"agent": agent, "model": model, "pass_rate": rate, "trials_per_task": trials}
-
-
-def _board(rows: Sequence[Mapping[Any, Any]], where: str) -> list[dict[str, Any]]:
-    if not rows:
-        raise AmberError(f"{where} has no rows: give at least one row of {BOARD_FIELDS}.")
-    board = [_board_row(r, i, where) for i, r in enumerate(rows, 1)]
-    rates = [r["pass_rate"] for r in board]
-    if max(rates) <= 1.0 and any(0.0 < x < 1.0 for x in rates):
-        raise AmberError(f"{where} gives every pass_rate as at most 1: give percents (42.5), not proportions.")
-    return board
-
-
-def load_board(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a public board from a .csv (header row) or .json (a list of objects, or {"rows": [...]})."""
-    p = Path(path)
-    where = f"The board {p}"
-    if p.suffix.lower() not in (".csv", ".json"):
-        raise AmberError(f"{where} must be a .csv or .json file of rows of {BOARD_FIELDS}.")
-    if not p.is_file():
-        raise AmberError(f"No board file at {p}: give a .csv or .json file of rows of {BOARD_FIELDS}.")
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError:
-        raise AmberError(f"{where} is not UTF-8 text: save it as UTF-8.") from None
-    if p.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise AmberError(f"{where} is not valid JSON (line {e.lineno}, column {e.colno}): fix the file.") from None
-        if isinstance(data, dict) and "rows" in data:
-            data = data["rows"]
-        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-            raise AmberError(f'{where} must hold a JSON list of row objects, or an object with a "rows" list.')
-        return _board(data, where)
-    try:
-        reader = csv.DictReader(io.StringIO(text, newline=""), skipinitialspace=True)
-        rows = list(reader)
-    except csv.Error as e:
-        raise AmberError(f"{where} is not valid CSV ({e}): fix the file.") from None
-    if not reader.fieldnames:
-        raise AmberError(f"{where} is empty: give a header row naming {BOARD_FIELDS}.")
-    return _board(rows, where)
-
-
-def leaderboard(evidence: Sequence[TrialEvidence], board_rows: Sequence[Mapping[Any, Any]], *,
-                all_tasks: Collection[str] | int | None = None, route: str | None = None) -> dict[str, Any]:
-    """Place one round (one route) on a public board by pass rate and strict pass rate (spec 4b).
-
-    Each rate gets its 95% Wilson interval (spec 2); its rank is a range from
-    :func:`analysis_stats.rank_range` (1 = best, ties share the better rank). ``all_tasks``: the
-    Benchmark Version's Task names, or their number; without it the strict pass rate counts only
-    the Tasks this round attempted.
-    """
-    board = _board(board_rows, "The board")
-    ev = select_route(evidence, route, "round")
-    routes = sorted({e.route for e in ev})
-    if not routes:
-        raise AmberError("The round has no Trial, so there is nothing to place: check the source.")
-    if len(routes) > 1:
-        raise AmberError(f"The round has {len(routes)} routes ({', '.join(routes)}): place one at a time with "
-                         "--route.")
-    attempted = {e.task_name for e in ev}
-    caveats = []
-    if all_tasks is None:
-        n_all = len(attempted)
-        caveats.append(f"The Benchmark Version's Task list was not given, so the strict pass rate counts only the "
-                       f"{n_all} Tasks this round attempted.")
-    elif isinstance(all_tasks, int):
-        n_all = all_tasks
-        if n_all < len(attempted):
-            raise AmberError(f"The round attempted {len(attempted)} Tasks, more than the {n_all} given as all Tasks: "
-                             "give the Benchmark Version's Task count.")
-    else:
-        if extra := attempted - set(all_tasks):
-            raise AmberError(f"The round attempted {len(extra)} Tasks outside the given Task list (e.g. "
-                             f"{min(extra)}): give the Benchmark Version's Tasks.")
-        n_all = len(set(all_tasks))
-    outcomes = latest_scored(ev)
-    scored, solved = len(outcomes), sum(e.passed for e in outcomes.values())
-    pass_ci = st.wilson_interval(solved, scored)
-    strict_ci = st.wilson_interval(solved, n_all)
-    rates = [r["pass_rate"] for r in board]
-    pass_rank = st.rank_range((100 * pass_ci[0], 100 * pass_ci[1]), rates)
-    strict_rank = st.rank_range((100 * strict_ci[0], 100 * strict_ci[1]), rates)
-    attempts = max(Counter(e.task_name for e in ev).values())
-    more = [r for r in board if r["trials_per_task"] is not None and r["trials_per_task"] > attempts]
-    if more:
-        caveats.append(f"{len(more)} board rows ran more Trials per Task (up to "
-                       f"{max(r['trials_per_task'] for r in more)}) than this round ({attempts}), so their rates "
-                       "are less noisy and may average over attempts rather than count each Task once.")
-    if unsaid := sum(r["trials_per_task"] is None for r in board):
-        caveats.append(f"{unsaid} board rows do not say how many Trials per Task they ran.")
-    caveats.append("The board's rates carry no intervals, so the ranks here treat them as exact although they "
-                   "are uncertain too.")
-    if scored < len(attempted):
-        caveats.append(f"{len(attempted) - scored} attempted Tasks have no scored attempt: they are left out of the "
-                       "pass rate and count as failed in the strict pass rate.")
-    if scored == 0:
-        caveats.append("No Task was scored, so the pass rate and its rank are unknown.")
-    return {
-        "route": routes[0], "scored_tasks": scored, "solved_tasks": solved, "all_tasks": n_all,
-        "attempts_per_task": attempts,
-        "pass_rate_percent": _finite(100 * solved / scored) if scored else None,
-        "pass_rate_ci95": _interval(pass_ci),
-        "pass_rate_rank": list(pass_rank),
-        "strict_pass_rate_percent": 100 * solved / n_all if n_all else None,
-        "strict_pass_rate_ci95": _interval(strict_ci),
-        "strict_pass_rate_rank": list(strict_rank),
-        "positions": len(board) + 1,
-        "board": sorted(board, key=lambda r: -r["pass_rate"]),
-        "caveats": caveats,
-    }
-
-
-# ---- planning ----------------------------------------------------------------------------------
-
-def _check_plan(n_tasks: int, attempts: int, rate: float, flip_share: float, delta_points: float | None) -> None:
-    if n_tasks < 1:
-        raise AmberError(f"A round needs at least 1 Task, got {n_tasks}.")
-    if attempts < 1:
-        raise AmberError(f"Attempts per Task must be at least 1, got {attempts}.")
-    if not 0.0 <= rate <= 1.0:
-        raise AmberError(f"The pass rate must be from 0% to 100%, got {100 * rate:g}%.")
-    if not 0.0 < flip_share <= 1.0:
-        raise AmberError(f"The flip share must be above 0% and at most 100%, got {100 * flip_share:g}%.")
-    if delta_points is not None and not 0.0 < delta_points <= 100.0:
-        raise AmberError(f"The change must be above 0 and at most 100 points, got {delta_points:g}.")
-
-
-def plan(n_tasks: int, attempts: int = 1, rate: float = 0.5, flip_share: float = 0.1,
-         delta_points: float | None = None) -> dict[str, Any]:
-    """What a round of ``n_tasks`` can detect, and how many Tasks a change of ``delta_points`` needs (spec 5).
-
-    ``rate`` and ``flip_share`` are proportions (0..1). 80% power, two-sided alpha 0.05. Same Tasks:
-    McNemar power given the share of results that flip (Connor 1987); other Tasks: two-proportion
-    z-test at ``rate``. ``attempts`` does not enter the formulas: they count Tasks, one result each.
-    """
-    _check_plan(n_tasks, attempts, rate, flip_share, delta_points)
-    same = st.paired_detectable_change_points(n_tasks, flip_share, ALPHA, POWER)
-    other = st.detectable_change_points(rate, n_tasks, ALPHA, POWER)
-    notes = [f"Attempts per Task ({attempts}) do not change these numbers: they count Tasks, one result per Task. "
-             "More attempts narrow each Task's noise (and can lower the share of results that flip), but they do "
-             f"not replace Tasks; {attempts} per Task make {n_tasks * attempts} Trials per side to pay for."]
-    if math.isnan(same):
-        notes.append(f"On the same Tasks with {100 * flip_share:g}% flips, {n_tasks} Tasks detect no change with "
-                     "80% power.")
-    if math.isnan(other):
-        notes.append(f"On other Tasks at a {100 * rate:g}% pass rate, {n_tasks} Tasks detect no change with 80% power.")
-    needed: dict[str, int | None] | None = None
-    if delta_points is not None:
-        needed = {"same_tasks": None, "other_tasks": None}
-        if delta_points / 100 <= flip_share:
-            needed["same_tasks"] = st.tasks_needed(delta_points, flip_share=flip_share, alpha=ALPHA, power=POWER)
-        else:
-            notes.append(f"A change of {delta_points:g} points can't happen on the same Tasks when only "
-                         f"{100 * flip_share:g}% of results flip.")
-        try:
-            needed["other_tasks"] = st.tasks_needed(delta_points, rate=rate, alpha=ALPHA, power=POWER)
-        except ValueError:
-            notes.append(f"Neither a rise nor a fall of {delta_points:g} points fits from a {100 * rate:g}% pass rate.")
-    return {
-        "n_tasks": n_tasks, "attempts": attempts, "trials_per_side": n_tasks * attempts,
-        "rate_percent": 100 * rate, "flip_share_percent": 100 * flip_share, "power": POWER, "alpha": ALPHA,
-        "detectable_change_points": {"same_tasks": _finite(same), "other_tasks": _finite(other)},
-        "change_points": delta_points,
-        "tasks_needed": needed,
-        "notes": notes,
-    }
-
-
-def quote_detectable_change(n_tasks: int, rate: float = 0.5) -> float:
-    """Smallest change (points) a Job of ``n_tasks`` detects against a round on other Tasks (80% power).
-
-    For a Quote, before any result: ``rate`` 0.5 is the worst case (largest variance), so the
-    figure is conservative; paired cells of one Job, on the same Tasks, usually detect less. nan
-    when nothing is detectable (a single Task).
-    """
-    return st.detectable_change_points(rate, n_tasks, ALPHA, POWER)
-
-
-def detectable_change_sentence(n_tasks: int, rate: float = 0.5) -> str:
-    """The sentence a Quote prints next to its price."""
-    x = quote_detectable_change(n_tasks, rate) if n_tasks > 0 else math.nan
-    if math.isnan(x):
-        return f"With {n_tasks} Tasks this Job can't detect a change with 80% power: add Tasks."
-    return (f"With {n_tasks} Tasks this Job detects a change of about {x:.0f} points or more (80% power, against "
-            "a round on other Tasks; paired cells on the same Tasks detect less).")

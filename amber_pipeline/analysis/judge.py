@@ -13,19 +13,16 @@ stages and numbers, never what it read.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from amber_pipeline.analysis import statistics as analysis_stats
 from amber_pipeline.analysis.evidence import TrialEvidence
 from amber_pipeline.errors import AmberError
-from amber_pipeline.jobs.trial_runner import quiet_harbor
-from amber_pipeline.models import configurations as model_configs
+from amber_pipeline.models.configurations import ModelConfiguration, model_configuration
+from amber_pipeline.models.endpoint import offline_litellm, serving
 
 STAGES = ("understand", "write", "verify", "other")
 TRAJECTORY_CHARS = 6_000
@@ -69,13 +66,13 @@ def judge(evidence: list[TrialEvidence], model: str, samples: int = 3,
     """Judge every failed scored attempt `samples` times; report stages, self-agreement and label agreement."""
     if not 1 <= samples <= 10:
         raise AmberError(f"--samples must be from 1 to 10, not {samples}.")
-    mc = model_configs.get(model)
+    mc = model_configuration(model)
     failed = [e for e in evidence if e.scored and not e.passed and e.model is not None]  # bounds call no model
     cases = [(e, _instruction(e), _trajectory(e)) for e in failed]
     cases = [(e, i, t) for e, i, t in cases if i is not None]
     if not cases:
         raise AmberError("There is no failed Trial with its Task folder at hand to judge.")
-    with _endpoint(mc, {e.task_name: i for e, i, _ in cases if i}) as base_url:
+    with serving(mc, {e.task_name: i for e, i, _ in cases if i}) as base_url:
         judgements = [Judgement(e.trial_name, e.task_name,
                                 tuple(_ask(mc, base_url, PROMPT.format(instruction=i, trajectory=t))
                                       for _ in range(samples)))
@@ -126,21 +123,8 @@ def _trajectory(e: TrialEvidence) -> str:
     return text[-TRAJECTORY_CHARS:]
 
 
-@contextlib.contextmanager
-def _endpoint(mc: model_configs.ModelConfiguration, instructions: dict[str, str]) -> Iterator[str | None]:
-    """Where the Model Configuration answers: the provider double for a replay."""
-    if mc.replay_file is None:
-        yield None
-        return
-    from amber_pipeline.models.provider_double import ProviderDouble, load_replay
-
-    os.environ.setdefault("OPENAI_API_KEY", "replay-needs-no-key")
-    with ProviderDouble([load_replay(mc.replay_file)], instructions) as double:
-        yield double.base_url
-
-
-def _ask(mc: model_configs.ModelConfiguration, base_url: str | None, prompt: str) -> str:
-    quiet_harbor()
+def _ask(mc: ModelConfiguration, base_url: str | None, prompt: str) -> str:
+    offline_litellm()
     import litellm
 
     try:

@@ -1,9 +1,10 @@
 """The main report of a round: pass rates with intervals, why attempts failed, and the cells.
 
 Implements sections 1-3 of ``evaluation-analysis.md`` on :class:`TrialEvidence`, so an Amber Job and
-an imported Harbor job folder are analysed alike. The statistics come from ``analysis_stats`` (Wilson,
-cluster-robust, pass@k, pass^k, detectable change, kappa, alpha) and ``stats`` (cell score with its
-bootstrap interval); this module only chooses what is counted. Choices, each stated where it is made:
+an imported Harbor job folder are analysed alike. The statistics come from ``statistics`` (Wilson,
+cluster-robust, pass@k, pass^k, detectable change, kappa, alpha) and the scoring engine (each cell's
+score with its bootstrap interval, and the paired comparisons, through ``scores.py``); this module only
+chooses what is counted. Choices, each stated where it is made:
 
 * A **case** is one Task of one route (Agent + Model Configuration) within one source (spec 4 pairs
   on the same). With one route a case is a Task. The round's numbers (rates, pass@k, outcomes,
@@ -26,10 +27,12 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from amber_pipeline.analysis import scores as scores_of
 from amber_pipeline.analysis import statistics as analysis_stats
 from amber_pipeline.analysis.evidence import TrialEvidence
+from amber_pipeline.analysis.scores import wall_time_sec
+from amber_pipeline.analysis.statistics import defined
 from amber_pipeline.errors import AmberError
-from amber_pipeline.scoring import bootstrap as stats
 
 CAUSES = ("dead_tools", "agent_errors", "agent_timeouts", "early_stops", "unscored", "other")  # precedence
 EARLY_STOP_SHARE = 0.25  # spec 3: stopped by itself within 25% of its time limit
@@ -49,14 +52,10 @@ CELL_KEYS = ("source", "route", "agent", "model", "mean_reward", "ci95", "pass_r
 Case = tuple[str, str, str]  # (source, route, Task)
 
 
-def _num(x: float) -> float | None:
-    return None if math.isnan(x) else x
-
-
 def _rate(solved: int, n: int, rate: float, ci: tuple[float, float]) -> dict[str, Any]:
     """A rate in percent; ``percent`` and both ends of ``ci95`` are None when undefined (e.g. n == 0)."""
-    return {"solved": solved, "n": n, "percent": _num(100.0 * rate),
-            "ci95": [_num(100.0 * ci[0]), _num(100.0 * ci[1])]}
+    return {"solved": solved, "n": n, "percent": defined(100.0 * rate),
+            "ci95": [defined(100.0 * ci[0]), defined(100.0 * ci[1])]}
 
 
 def wilson_rate(solved: int, n: int) -> dict[str, Any]:
@@ -90,12 +89,6 @@ def failure_cause(e: TrialEvidence, time_limit_sec: float | None = None) -> str:
     if e.reward is None:
         return "unscored"
     return "other"
-
-
-def wall_time_sec(e: TrialEvidence) -> float | None:
-    if e.started_at is None or e.finished_at is None:
-        return None
-    return (e.finished_at - e.started_at).total_seconds()
 
 
 def label_guidance(kappa: float | None, n: int) -> str:
@@ -150,43 +143,28 @@ def _group(evidence: Iterable[TrialEvidence], key: Any) -> dict:
     return dict(groups)
 
 
-def _cell(es: list[TrialEvidence], task_names: Sequence[str]) -> dict[str, Any]:
-    """Amber's cell numbers, as ``report.cell_result``: Errored Trials count apart, never in the mean.
-
-    A non-Errored attempt without a Reward (no Verifier result) has nothing to average and is left out
-    of the mean, like an Errored one, but counts in ``n_trials``.
-    """
-    first = es[0]
-    task_means = stats.per_task_means([e.task_name for e in es], [None if e.errored else e.reward for e in es])
-    score = stats.cell_score(task_means)
-    durations = [d for d in map(wall_time_sec, es) if d is not None]
-    cases = _group(es, _case)
-    rate, strict, _, _ = _pass_rates(cases, len(task_names))
-    return {
-        "source": first.source, "route": first.route, "agent": first.agent, "model": first.model,
-        "mean_reward": _num(score.mean), "ci95": [_num(score.ci95.low), _num(score.ci95.high)],
-        "pass_rate": rate, "strict_pass_rate": strict,
-        "cost_usd": math.fsum(e.cost_usd or 0.0 for e in es),
-        "mean_duration_sec": math.fsum(durations) / len(durations) if durations else None,
-        "errored": sum(e.errored for e in es), "n_tasks": score.n_tasks, "n_trials": len(es),
-    }
-
-
-def _comparisons(cells: Mapping[tuple[str, str], list[TrialEvidence]]) -> list[dict[str, Any]]:
-    """Amber's paired bootstrap between the model routes of one Agent in one source, better one first."""
-    means = {key: stats.per_task_means([e.task_name for e in es], [None if e.errored else e.reward for e in es])
-             for key, es in cells.items() if es[0].model is not None}
-    out = []
-    for (a, b) in sorted((a, b) for a in means for b in means if a < b):
-        if a[0] != b[0] or cells[a][0].agent != cells[b][0].agent:
-            continue
-        d = stats.paired_difference(means[a], means[b])
-        if d.mean_difference < 0:
-            a, b, d = b, a, stats.paired_difference(means[b], means[a])
-        out.append({"better": a[1], "worse": b[1], "mean_difference": _num(d.mean_difference),
-                    "ci95": [_num(d.ci95.low), _num(d.ci95.high)], "n_shared_tasks": d.n_shared_tasks,
-                    "too_close_to_call": d.too_close_to_call})
-    return out
+def _cells(evidence: Sequence[TrialEvidence], task_names: Sequence[str]) -> tuple[list[dict], list[dict]]:
+    """Amber's cells and comparisons (the scoring engine's), with each cell's pass rates beside its score."""
+    scores = scores_of.score_evidence(evidence)
+    routes = _group(evidence, scores_of.cell_of)
+    cells = []
+    for c in scores.cells:
+        es = routes[c.cell]
+        rate, strict, _, _ = _pass_rates(_group(es, _case), len(task_names))
+        cells.append({
+            "source": c.scope, "route": es[0].route, "agent": c.agent, "model": c.model,
+            "mean_reward": defined(c.mean), "ci95": [defined(c.ci95.low), defined(c.ci95.high)],
+            "pass_rate": rate, "strict_pass_rate": strict, "cost_usd": c.cost_usd,
+            "mean_duration_sec": defined(c.mean_duration_sec), "errored": c.errored, "n_tasks": c.n_tasks,
+            "n_trials": c.n_trials,
+        })
+    comparisons = [{
+        "better": routes[c.better.cell][0].route, "worse": routes[c.worse.cell][0].route,
+        "mean_difference": defined(c.difference.mean),
+        "ci95": [defined(c.difference.ci95.low), defined(c.difference.ci95.high)],
+        "n_shared_tasks": c.difference.n_shared_tasks, "too_close_to_call": c.difference.too_close_to_call,
+    } for c in scores.comparisons]
+    return cells, comparisons
 
 
 def _labels(failed: list[tuple[TrialEvidence, str]], labels: Mapping[str, str]) -> dict[str, Any]:
@@ -196,10 +174,10 @@ def _labels(failed: list[tuple[TrialEvidence, str]], labels: Mapping[str, str]) 
                          "fix labels.json.")
     pairs = [(e.trial_name, rule, labels[e.trial_name]) for e, rule in failed if e.trial_name in labels]
     rules, given = [r for _, r, _ in pairs], [g for _, _, g in pairs]
-    kappa = _num(analysis_stats.cohen_kappa(rules, given))
+    kappa = defined(analysis_stats.cohen_kappa(rules, given))
     return {
         "n_labels": len(pairs), "cohen_kappa": kappa,
-        "krippendorff_alpha": _num(analysis_stats.krippendorff_alpha_nominal(list(zip(rules, given, strict=True)))),
+        "krippendorff_alpha": defined(analysis_stats.krippendorff_alpha_nominal(list(zip(rules, given, strict=True)))),
         "label_guidance": label_guidance(kappa, len(pairs)),
         "label_disagreements": [{"trial": t, "rule": r, "label": g} for t, r, g in sorted(pairs) if r != g],
         "labels_unmatched": len(set(labels) - {e.trial_name for e, _ in failed}),
@@ -250,16 +228,14 @@ def build_report(evidence: list[TrialEvidence], *, all_tasks: list[str] | None =
             for e in counted if not e.passed and e.tests_total and e.tests_passed is not None
             and e.tests_passed >= NEAR_MISS_SHARE * e.tests_total]
 
-    all_cells = _group(evidence, lambda e: (e.source, e.route))
-    cells = sorted((_cell(es, task_names) for es in all_cells.values()),
-                   key=lambda c: (-(c["mean_reward"] if c["mean_reward"] is not None else -math.inf), c["route"]))
+    cells, comparisons = _cells(evidence, task_names)
     report: dict[str, Any] = {
         "sources": sorted({e.source for e in evidence}),
         "routes": sorted({e.route for e in evidence}),
         "headline_routes": sorted({r for _, r in cells_of_round}),
         "n_trials": len(round_),
         "pass_rate": pass_rate, "strict_pass_rate": strict, "attempt_pass_rate": attempt,
-        "detectable_change_points": _num(detectable),
+        "detectable_change_points": defined(detectable),
         "attempts_per_task": k_max,
         "pass_at_k": {str(k): 100.0 * analysis_stats.mean_pass_at_k(scored_pairs, k) for k in range(1, k_max + 1)},
         "pass_hat_k": {str(k): 100.0 * analysis_stats.mean_pass_hat_k(scored_pairs, k) for k in range(1, k_max + 1)},
@@ -270,7 +246,7 @@ def build_report(evidence: list[TrialEvidence], *, all_tasks: list[str] | None =
         "failure_causes": causes,
         "near_misses": sorted(near, key=lambda m: (-m["fraction"], m["task"], m["route"])),
         "cells": cells,
-        "comparisons": _comparisons(all_cells),
+        "comparisons": comparisons,
         "totals": {
             "input_tokens": sum(e.input_tokens or 0 for e in evidence),
             "output_tokens": sum(e.output_tokens or 0 for e in evidence),
@@ -339,7 +315,16 @@ def render_text(report: Mapping[str, Any]) -> str:
                        ("Tasks never attempted", "unattempted_tasks")):
         if report[key]:
             lines.append(f"  {title}: {_names(report[key])}")
-    lines += ["", "Cells (mean Reward per Task over non-Errored Trials, then across Tasks; Errored apart)",
+    lines += ["", *render_cells(report)]
+    t = report["totals"]
+    lines += ["", f"Totals: {t['trials']} Trials, {t['input_tokens']} input and {t['output_tokens']} output tokens, "
+                  f"{t['cost_usd']:.4f} USD, {t['duration_sec']:.1f} s of Trial time"]
+    return "\n".join(lines) + "\n"
+
+
+def render_cells(report: Mapping[str, Any]) -> list[str]:
+    """The report's cells and Amber's paired comparisons, as lines (what `amber results` prints)."""
+    lines = ["Cells (mean Reward per Task over non-Errored Trials, then across Tasks; Errored apart)",
               f"  {'cell':<40} {'Tasks':>5} {'Trials':>6} {'mean Reward':>11} {'95% CI':>16} "
                   f"{'pass rate':>9} {'cost (USD)':>10} {'mean dur.':>9} {'Errored':>7}"]
     several = len(report["sources"]) > 1
@@ -354,7 +339,4 @@ def render_text(report: Mapping[str, Any]) -> str:
         verdict = "too close to call" if c["too_close_to_call"] else f"{c['better']} is better"
         lines.append(f"  {c['better']} vs {c['worse']}: mean Reward difference {_p(c['mean_difference'], 3)}, "
                      f"95% CI [{_p(low, 3)}, {_p(high, 3)}] over {c['n_shared_tasks']} shared Tasks: {verdict}")
-    t = report["totals"]
-    lines += ["", f"Totals: {t['trials']} Trials, {t['input_tokens']} input and {t['output_tokens']} output tokens, "
-                  f"{t['cost_usd']:.4f} USD, {t['duration_sec']:.1f} s of Trial time"]
-    return "\n".join(lines) + "\n"
+    return lines

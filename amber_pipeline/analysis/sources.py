@@ -1,404 +1,141 @@
-"""Where `TrialEvidence` comes from: Amber's own Jobs and Harbor job folders.
+"""Where `TrialEvidence` comes from: an Amber Job, a Harbor job folder, or an imported folder.
 
-A Harbor job folder (what `harbor run` writes: one subfolder per trial with
-`result.json`, `agent/trajectory.json` in ATIF, `verifier/ctrf.json`) and an
-Amber Job (whose Trials are Harbor trial folders too) give the same records.
-Trials without `result.json` (running or crashed) are skipped. A
-`result.json` is read with Harbor's `TrialResult` when it validates, else as
-plain JSON, key by key.
+Every analysis command takes one of the three (:func:`load`) and reads them
+all the same way.
 
-The rules that read the files (nothing else is copied out of them):
-- reward: `rewards["reward"]`, else the alphabetically first numeric key.
-- errored, exception_type: `outcomes.classify` on a public Benchmark, with the
-  exception `outcomes.from_harbor` would pick (the first not the Agent's own).
-- agent_timeout_sec: the run's `override_timeout_sec`, else the Task's
-  `task.toml` `[agent].timeout_sec` (when the Task folder still exists), capped
-  by `max_timeout_sec` and times the agent (else the general) timeout
-  multiplier, as Harbor computes it; None when unknown.
-- model_used: some agent step names the configured model (`step.model_name`,
-  else the trajectory's `agent.model_name`), with or without the provider
-  prefix ("openai/x" matches "x"); None without a trajectory or a model.
-- An *error line* is a line of tool output that starts with "error"/"fatal"
-  (any case), is a Python exception or traceback header, or ends with
-  ": command not found", ": No such file or directory" or ": Permission denied".
-  trajectory_ended_with_error: the last agent step's observation holds an
-  error line, or the step or one of its observation results has a truthy
-  `extra["error"]` / `extra["is_error"]` (Terminus-2's "ERROR: ..." parse
-  feedback counts). The agent's own message is not read.
-- repeated_tool_error: the last three (or more) tool observations (results
-  answering a tool call) all hold the same, non-empty error lines.
-- tests_passed / tests_total: `results.summary.passed` / `.tests` of
-  `verifier/ctrf.json`.
-- attempt: 1.. by `started_at` within (route, Task).
+- An Amber Job's evidence is its Trial rows (Reward, Errored, error type,
+  tokens and cost are Amber's own) with what each Trial's folder adds
+  (`trial_folders.trial_facts`). It is derived when read, never by the cell
+  run, and kept per Trial file: `warehouse/evidence/<file id>/<stamp>.parquet`,
+  whose stamp is the Trial file's size and modification time, so a file
+  rewritten by a restarted cell run is derived again and nothing is derived
+  twice. The `failure_causes` view reads the same files.
+- A Harbor job folder is read whole each time (`trial_folders.py`).
+- An imported folder is stored as one Parquet file per (Workspace, folder),
+  so importing again replaces the file with the same rows; the
+  `imported_trials` view shows them.
 
-Imported folders are stored as one Parquet file per (Workspace, folder), so
-importing again replaces the file with the same rows; the `imported_trials`
-view shows them.
+Stored evidence carries each attempt's outcome and, unless it passed, its
+failure cause (`report.outcome`, `report.failure_cause`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
-import re
-import tomllib
-from collections.abc import Iterable
-from datetime import UTC, datetime
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from amber_pipeline.analysis.evidence import TrialEvidence
+from amber_pipeline.analysis.report import failure_cause, outcome
+from amber_pipeline.analysis.trial_folders import HARBOR_PREFIX, job_folder, read_harbor_folder, trial_facts
 from amber_pipeline.cells import NO_MODEL
 from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import outcomes
-from amber_pipeline.warehouse.schemas import EVIDENCE_SCHEMA
+from amber_pipeline.warehouse.catalog import Warehouse
+from amber_pipeline.warehouse.schemas import EVIDENCE_SCHEMA, TrialRecord
 
-if TYPE_CHECKING:
-    from amber_pipeline.warehouse.catalog import Warehouse
+FIELDS = [f.name for f in dataclasses.fields(TrialEvidence)]
 
-HARBOR_PREFIX = "harbor:"
-REPEATS = 3  # identical tool errors in a row, at the end, that make a dead tool
-_ERROR_LINE = re.compile(
-    r"^(?i:error|fatal)\b|^Traceback \(most recent call last\)|^[\w.]*(?:Error|Exception):"
-    r"|: command not found$|: No such file or directory$|: Permission denied$")
 
-_FIELDS = [f.name for f in dataclasses.fields(TrialEvidence)]
+class NoTrials(AmberError):
+    """A source with no finished Trial."""
 
+    def __init__(self, what: str):
+        super().__init__(f"{what} has no Trials: run it first, or pick a source with finished Trials "
+                         "(a trial folder with result.json).")
 
-# ---- reading one trial folder ------------------------------------------------------------
 
-def _json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+def load(wh: Warehouse, workspace: str, source: str) -> list[TrialEvidence]:
+    """The evidence of an Amber Job id, a Harbor job folder path, or "harbor:<name>" of an imported folder."""
+    if source.startswith(HARBOR_PREFIX):
+        return _imported(wh, workspace, source)
+    if source.startswith("job-") and not Path(source).exists():
+        evidence = amber_job(wh, workspace, source)
+        if not evidence:
+            raise NoTrials(f"Job {source}")
+        return evidence
+    if Path(source).expanduser().is_dir():
+        evidence = read_harbor_folder(Path(source))
+        if not evidence:
+            raise NoTrials(f"Harbor job folder {source}")
+        return evidence
+    raise AmberError(f"Unknown source {source!r}: give an Amber Job id (job-...), a Harbor job folder path, "
+                     "or harbor:<name> of a folder imported with `amber import-harbor DIR`.")
 
 
-def _get(data: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(data, dict):
-            return None
-        data = data.get(key)
-    return data
+# ---- Amber Jobs: derived when read ----------------------------------------------------------------------
 
-
-def _load_result(path: Path) -> dict[str, Any] | None:
-    """A trial's result.json through Harbor's TrialResult when it validates, else as it is."""
-    from harbor.models.trial.result import TrialResult
-    from pydantic import ValidationError
-
-    raw = _json(path)
-    if not isinstance(raw, dict):
-        return None
-    try:
-        return TrialResult.model_validate(raw).model_dump(mode="json")
-    except ValidationError:
-        return raw
-
-
-def _time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        at = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return at if at.tzinfo else at.replace(tzinfo=UTC)  # Harbor's trial times are UTC
-
-
-def _seconds(phase: Any) -> float | None:
-    start, end = _time(_get(phase, "started_at")), _time(_get(phase, "finished_at"))
-    return (end - start).total_seconds() if start and end else None
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _rewards(result: dict[str, Any]) -> dict[str, float] | None:
-    rewards = _get(result, "verifier_result", "rewards")
-    if not isinstance(rewards, dict):
-        return None
-    numeric = {k: v for k, v in ((k, _number(v)) for k, v in rewards.items()) if v is not None}
-    return numeric or None
-
-
-def _reward(rewards: dict[str, float] | None) -> float | None:
-    if not rewards:
-        return None
-    return rewards["reward"] if "reward" in rewards else rewards[sorted(rewards)[0]]
-
-
-def _exception(result: dict[str, Any]) -> dict[str, Any] | None:
-    """The exception that decides, as `outcomes.from_harbor` picks it."""
-    steps = result.get("step_results") or []
-    infos = [result.get("exception_info"), *(_get(s, "exception_info") for s in steps)]
-    infos = [i for i in infos if isinstance(i, dict) and isinstance(i.get("exception_type"), str)]
-    agents_own = outcomes.AGENT_CAUSES
-    return next((i for i in infos if outcomes.rule_for(i["exception_type"]).cause not in agents_own),
-                infos[0] if infos else None)
-
-
-def _usage(result: dict[str, Any]) -> tuple[int | None, int | None, float | None]:
-    """Input tokens, output tokens, cost: the agent's, else summed over multi-step results."""
-    found = [result.get("agent_result")] if result.get("agent_result") else [
-        _get(s, "agent_result") for s in result.get("step_results") or []]
-    contexts: list[dict[str, Any]] = [c for c in found if isinstance(c, dict)]
-
-    def total(key: str) -> Any:
-        values = [c[key] for c in contexts if _number(c.get(key)) is not None]
-        return sum(values) if values else None
-
-    tokens_in, tokens_out, cost = total("n_input_tokens"), total("n_output_tokens"), total("cost_usd")
-    return (None if tokens_in is None else int(tokens_in), None if tokens_out is None else int(tokens_out),
-            None if cost is None else float(cost))
-
-
-def _agent_timeout(result: dict[str, Any]) -> float | None:
-    config = result.get("config") or {}
-    agent = _get(config, "agent") or {}
-    base = _number(agent.get("override_timeout_sec")) or _task_timeout(_get(config, "task", "path"))
-    if not base:
-        return None
-    cap = _number(agent.get("max_timeout_sec"))
-    multiplier = (_number(config.get("agent_timeout_multiplier")) or _number(config.get("timeout_multiplier"))
-                  or 1.0)
-    return (min(base, cap) if cap else base) * multiplier
-
-
-def _task_timeout(task_path: Any) -> float | None:
-    if not isinstance(task_path, str):
-        return None
-    try:
-        toml = tomllib.loads((Path(task_path) / "task.toml").read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError):
-        return None
-    return _number(_get(toml, "agent", "timeout_sec"))
-
-
-def _ctrf(trial_dir: Path) -> tuple[int | None, int | None]:
-    summary = _get(_json(trial_dir / "verifier" / "ctrf.json"), "results", "summary")
-    passed, tests = _get(summary, "passed"), _get(summary, "tests")
-    if not isinstance(passed, int) or not isinstance(tests, int):
-        return None, None
-    return passed, tests
-
-
-# ---- the trajectory ------------------------------------------------------------------------
-
-def _trajectory(trial_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
-    """The ATIF agent and steps of agent/trajectory.json, following continuation files."""
-    path = trial_dir / "agent" / "trajectory.json"
-    agent: Any = None
-    steps: list[dict[str, Any]] = []
-    seen: set[Path] = set()
-    while path not in seen and isinstance(data := _json(path), dict):
-        seen.add(path)
-        agent = agent or data.get("agent")
-        steps += [s for s in data.get("steps") or [] if isinstance(s, dict) and not s.get("is_copied_context")]
-        ref = data.get("continued_trajectory_ref")
-        if not isinstance(ref, str):
-            break
-        path = path.parent / ref
-    if not seen:
-        return None
-    return (agent if isinstance(agent, dict) else {}), steps
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
-    return ""
-
-
-def _error_lines(text: str) -> str:
-    lines = (" ".join(line.split()) for line in text.splitlines())
-    return "\n".join(line for line in lines if _ERROR_LINE.search(line))
-
-
-def _flagged(item: Any) -> bool:
-    extra = _get(item, "extra")
-    return isinstance(extra, dict) and any(bool(extra.get(k)) for k in ("error", "is_error"))
-
-
-def _results(step: dict[str, Any]) -> list[dict[str, Any]]:
-    return [r for r in _get(step, "observation", "results") or [] if isinstance(r, dict)]
-
-
-def _ended_with_error(last: dict[str, Any] | None) -> bool:
-    if last is None:
-        return False
-    return _flagged(last) or any(_flagged(r) or _error_lines(_text(r.get("content"))) for r in _results(last))
-
-
-def _repeated_tool_error(agent_steps: Iterable[dict[str, Any]]) -> bool:
-    tool_outputs = [_error_lines(_text(r.get("content"))) for s in agent_steps for r in _results(s)
-                    if r.get("source_call_id")]
-    tail = tool_outputs[-REPEATS:]
-    return len(tail) == REPEATS and bool(tail[0]) and all(t == tail[0] for t in tail)
-
-
-def _same_model(a: str, b: str) -> bool:
-    return a == b or a.endswith("/" + b) or b.endswith("/" + a)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Files:
-    """What a trial folder says beyond the outcome."""
-
-    agent_duration_sec: float | None = None
-    agent_timeout_sec: float | None = None
-    model_used: bool | None = None
-    trajectory_steps: int | None = None
-    trajectory_ended_with_error: bool = False
-    repeated_tool_error: bool = False
-    tests_passed: int | None = None
-    tests_total: int | None = None
-
-
-def _files(trial_dir: Path, result: dict[str, Any]) -> _Files:
-    passed, total = _ctrf(trial_dir)
-    files = _Files(agent_duration_sec=_seconds(result.get("agent_execution")),
-                   agent_timeout_sec=_agent_timeout(result), tests_passed=passed, tests_total=total)
-    trajectory = _trajectory(trial_dir)
-    if trajectory is None:
-        return files
-    agent, steps = trajectory
-    agent_steps = [s for s in steps if s.get("source") == "agent"]
-    configured = _get(result, "config", "agent", "model_name")
-    names = [s.get("model_name") or agent.get("model_name") for s in agent_steps]
-    used = (any(isinstance(n, str) and _same_model(n, configured) for n in names)
-            if isinstance(configured, str) else None)
-    return dataclasses.replace(
-        files, model_used=used, trajectory_steps=len(agent_steps),
-        trajectory_ended_with_error=_ended_with_error(agent_steps[-1] if agent_steps else None),
-        repeated_tool_error=_repeated_tool_error(agent_steps))
-
-
-# ---- Harbor job folders ----------------------------------------------------------------------
-
-def _job_folder(path: Path) -> Path:
-    folder = Path(path).expanduser().resolve()
-    if not folder.is_dir():
-        raise AmberError(f"No Harbor job folder at {path}: give the folder `harbor run` wrote (jobs/<job name>).")
-    return folder
-
-
-def _harbor_trial(source: str, trial_dir: Path) -> TrialEvidence | None:
-    result = _load_result(trial_dir / "result.json")
-    if result is None:
-        return None
-    exception = _exception(result)
-    rewards = _rewards(result)
-    outcome = outcomes.classify(exception_type=_get(exception, "exception_type"),
-                                exception_message=_get(exception, "exception_message"),
-                                rewards=rewards, private=False)
-    tokens_in, tokens_out, cost = _usage(result)
-    model = _get(result, "agent_info", "model_info", "name")
-    return TrialEvidence(
-        source=source, trial_name=str(result.get("trial_name") or trial_dir.name),
-        task_name=str(result.get("task_name") or trial_dir.name.split("__")[0]),
-        agent=str(_get(result, "agent_info", "name") or _get(result, "config", "agent", "name") or "unknown"),
-        model=model if isinstance(model, str) else None, attempt=0, reward=_reward(rewards),
-        errored=outcome.kind is outcomes.Kind.ERRORED, exception_type=_get(exception, "exception_type"),
-        started_at=_time(result.get("started_at")), finished_at=_time(result.get("finished_at")),
-        input_tokens=tokens_in, output_tokens=tokens_out, cost_usd=cost, trial_dir=str(trial_dir),
-        **dataclasses.asdict(_files(trial_dir, result)))
-
-
-def _numbered(evidence: list[TrialEvidence]) -> list[TrialEvidence]:
-    """Attempts 1.. in start order within (route, Task)."""
-    never = datetime.max.replace(tzinfo=UTC)
-    ordered = sorted(evidence, key=lambda e: (e.route, e.task_name, e.started_at or never, e.trial_name))
-    counts: dict[tuple[str, str], int] = {}
-    out = []
-    for e in ordered:
-        key = (e.route, e.task_name)
-        counts[key] = counts.get(key, 0) + 1
-        out.append(dataclasses.replace(e, attempt=counts[key]))
-    return out
-
-
-def read_harbor_folder(path: Path) -> list[TrialEvidence]:
-    """The evidence of every finished trial of a Harbor job folder, as source "harbor:<folder name>"."""
-    folder = _job_folder(path)
-    source = f"{HARBOR_PREFIX}{folder.name}"
-    found = (_harbor_trial(source, d) for d in sorted(folder.iterdir())
-             if d.is_dir() and (d / "result.json").is_file())
-    return _numbered([e for e in found if e is not None])
-
-
-# ---- Amber Jobs --------------------------------------------------------------------------------
-
-def _check_job(wh: Warehouse, job_id: str, workspace: str | None) -> None:
+def amber_job(wh: Warehouse, workspace: str, job_id: str) -> list[TrialEvidence]:
+    """A Job's Trials that are results (not cancelled), each with what its folder adds."""
     with wh.query(workspace) as con:
         if con.execute("select 1 from jobs where id = ?", [job_id]).fetchone() is None:
             raise AmberError(f"No Job {job_id} in Workspace {workspace}: list Jobs with `amber job status`.")
+    rows = [row for path in sorted(wh.paths.trials.glob(f"*/{job_id}.parquet"))
+            for row in pq.read_table(derive(wh, path)).to_pylist() if row["workspace"] == workspace]
+    evidence = [TrialEvidence(**{k: row[k] for k in FIELDS}) for row in rows]
+    return sorted(evidence, key=lambda e: (e.route, e.task_name, e.attempt))
 
 
-def from_amber(wh: Warehouse, job_id: str, workspace: str | None) -> list[TrialEvidence]:
-    """A Job's Trials (not the cancelled ones), with what their Harbor trial folders add.
-
-    Reward, Errored, the error type, tokens and cost are Amber's own (the TrialRecord's outcome).
-    """
-    _check_job(wh, job_id, workspace)
-    out = []
-    for r in wh.trial_records(job_id=job_id, workspace=workspace):
-        if r.outcome == outcomes.Kind.CANCELLED:
-            continue
-        trial_dir = Path(r.trial_dir)
-        files = _files(trial_dir, _load_result(trial_dir / "result.json") or {})
-        out.append(TrialEvidence(
-            source=job_id, trial_name=r.trial_name, task_name=r.task_name, agent=r.agent,
-            model=None if r.model_configuration == NO_MODEL else r.model_configuration, attempt=r.attempt,
-            reward=r.reward, errored=r.errored, exception_type=r.error_type, started_at=r.started_at,
-            finished_at=r.finished_at, input_tokens=r.input_tokens, output_tokens=r.output_tokens,
-            cost_usd=r.cost_usd, trial_dir=r.trial_dir, **dataclasses.asdict(files)))
-    return sorted(out, key=lambda e: (e.route, e.task_name, e.attempt))
+def derive(wh: Warehouse, trial_file: Path) -> Path:
+    """The evidence file of one stored Trial file, derived now unless it is there for this version of the file."""
+    st = trial_file.stat()
+    folder = wh.paths.evidence / hashlib.sha256(str(trial_file).encode()).hexdigest()[:24]
+    stored = folder / f"{st.st_size}-{st.st_mtime_ns}.parquet"
+    if stored.exists():
+        return stored
+    records = [TrialRecord.model_validate(r) for r in pq.read_table(trial_file).to_pylist()]
+    wh.write_parquet(_table([(r.workspace, Path(r.trial_dir).parent, _of_record(r)) for r in records
+                             if r.outcome != outcomes.Kind.CANCELLED]), stored)
+    for old in folder.glob("*.parquet"):
+        if old != stored:
+            old.unlink(missing_ok=True)
+    return stored
 
 
-# ---- the import store ----------------------------------------------------------------------------
+def refresh(wh: Warehouse) -> int:
+    """Derive the evidence of every stored Trial file that has none yet (for the `failure_causes` view)."""
+    files = wh.trial_files()
+    for path, _, _ in files:
+        derive(wh, path)
+    return len(files)
+
+
+def _of_record(r: TrialRecord) -> TrialEvidence:
+    return TrialEvidence(
+        source=r.job_id, trial_name=r.trial_name, task_name=r.task_name, agent=r.agent,
+        model=None if r.model_configuration == NO_MODEL else r.model_configuration, attempt=r.attempt,
+        reward=r.reward, errored=r.errored, exception_type=r.error_type, started_at=r.started_at,
+        finished_at=r.finished_at, input_tokens=r.input_tokens, output_tokens=r.output_tokens,
+        cost_usd=r.cost_usd, trial_dir=r.trial_dir, **trial_facts(Path(r.trial_dir)))
+
+
+def _table(evidence: Sequence[tuple[str, Path, TrialEvidence]]) -> pa.Table:
+    """Evidence rows as stored, each with its Workspace, folder, outcome and (unless it passed) failure cause."""
+    rows = [{"workspace": workspace, "folder": str(folder), **dataclasses.asdict(e), "outcome": outcome(e),
+             "cause": None if e.passed else failure_cause(e)} for workspace, folder, e in evidence]
+    return pa.Table.from_pylist(rows, schema=EVIDENCE_SCHEMA)
+
+
+# ---- imported Harbor folders ------------------------------------------------------------------------------
 
 def import_file(wh: Warehouse, workspace: str, folder: Path) -> Path:
     """The one Parquet file of a (Workspace, resolved folder)."""
     key = hashlib.sha256(f"{workspace}\0{folder}".encode()).hexdigest()[:16]
-    return wh.imports / f"{key}.parquet"
+    return wh.paths.imports / f"{key}.parquet"
 
 
 def import_harbor(wh: Warehouse, workspace: str, path: Path) -> tuple[str, int]:
     """Store a Harbor job folder's evidence for the Workspace; importing again changes nothing."""
-    folder = _job_folder(path)
+    folder = job_folder(path)
     evidence = read_harbor_folder(folder)
     if not evidence:
-        raise _no_trials(f"Harbor job folder {folder}")
-    wh.write_parquet(evidence_table(workspace, folder, evidence), import_file(wh, workspace, folder))
+        raise NoTrials(f"Harbor job folder {folder}")
+    wh.write_parquet(_table([(workspace, folder, e) for e in evidence]), import_file(wh, workspace, folder))
     return evidence[0].source, len(evidence)
-
-
-def evidence_table(workspace: str, folder: Path, evidence: list[TrialEvidence]) -> pa.Table:
-    """Evidence rows as stored, each with its outcome and, unless it passed, its failure cause."""
-    from amber_pipeline.analysis.report import failure_cause, outcome
-
-    rows = [{"workspace": workspace, "folder": str(folder), **dataclasses.asdict(e), "outcome": outcome(e),
-             "cause": None if e.passed else failure_cause(e)} for e in evidence]
-    return pa.Table.from_pylist(rows, schema=EVIDENCE_SCHEMA)
-
-
-def store_amber_evidence(wh: Warehouse, workspace: str, job_id: str, cell_key: str, run_dir: Path) -> int:
-    """Store the evidence of one cell run of a Job beside imported folders', for the `failure_causes` view."""
-    evidence = [e for e in from_amber(wh, job_id, workspace) if _cell_of(e, run_dir)]
-    key = hashlib.sha256(f"{workspace}\0{job_id}\0{cell_key}".encode()).hexdigest()[:16]
-    wh.write_parquet(evidence_table(workspace, run_dir, evidence), wh.evidence / f"{key}.parquet")
-    return len(evidence)
-
-
-def _cell_of(e: TrialEvidence, run_dir: Path) -> bool:
-    return e.trial_dir is not None and Path(e.trial_dir).parent == run_dir
 
 
 def _imported(wh: Warehouse, workspace: str, source: str) -> list[TrialEvidence]:
@@ -412,27 +149,4 @@ def _imported(wh: Warehouse, workspace: str, source: str) -> list[TrialEvidence]
     if len(folders) > 1:
         raise AmberError(f"{source} names {len(folders)} imported folders ({', '.join(folders)}): "
                          "give the folder's path instead.")
-    return [TrialEvidence(**{k: r[k] for k in _FIELDS}) for r in rows]
-
-
-def _no_trials(what: str) -> AmberError:
-    return AmberError(f"{what} has no Trials: run it first, or pick a source with finished Trials "
-                      "(a trial folder with result.json).")
-
-
-def load(wh: Warehouse, workspace: str, source: str) -> list[TrialEvidence]:
-    """The evidence of an Amber Job id, a Harbor job folder path, or "harbor:<name>" of an imported folder."""
-    if source.startswith(HARBOR_PREFIX):
-        return _imported(wh, workspace, source)
-    if source.startswith("job-") and not Path(source).exists():
-        evidence = from_amber(wh, source, workspace)
-        if not evidence:
-            raise _no_trials(f"Job {source}")
-        return evidence
-    if Path(source).expanduser().is_dir():
-        evidence = read_harbor_folder(Path(source))
-        if not evidence:
-            raise _no_trials(f"Harbor job folder {source}")
-        return evidence
-    raise AmberError(f"Unknown source {source!r}: give an Amber Job id (job-...), a Harbor job folder path, "
-                     "or harbor:<name> of a folder imported with `amber import-harbor DIR`.")
+    return [TrialEvidence(**{k: r[k] for k in FIELDS}) for r in rows]

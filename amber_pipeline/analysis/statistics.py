@@ -18,6 +18,16 @@ SAME_COST_REL_TOL = 0.01  # costs within 1% of the larger one count as "the same
 Interval = tuple[float, float]
 
 
+def defined(x: float) -> float | None:
+    """``x``, or None when it is undefined (NaN): what reports print and JSON holds, which has no NaN."""
+    return None if math.isnan(x) else x
+
+
+def percent_interval(lo_hi: Interval, scale: float = 100.0) -> list[float | None]:
+    """A proportion interval in percent (or points), undefined ends as None."""
+    return [defined(scale * lo_hi[0]), defined(scale * lo_hi[1])]
+
+
 def _z(confidence: float) -> float:
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")

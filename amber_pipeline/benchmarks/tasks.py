@@ -1,21 +1,8 @@
-"""Tasks and Benchmark Versions.
-
-A Benchmark Version is an immutable snapshot of a Benchmark's Tasks, named by a
-content hash that is the same on every machine: it covers the sorted relative
-paths, the file bytes and the executable bit of every file of every Task, and
-nothing else (no timestamps, owners or other modes), so a checkout on another
-machine, or a copy with other permissions, gives the same id. Amber copies the
-Tasks into a content-addressed folder so that later edits of the source folder
-never change a Benchmark Version that Rewards already belong to.
-"""
+"""Tasks: the Task folders of a Benchmark, read and checked against Harbor 0.25's task.toml schema."""
 
 from __future__ import annotations
 
-import hashlib
-import shutil
-import stat
 import tomllib
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,35 +21,6 @@ class TaskSpec:
     folder: str  # relative to the Benchmark Version root
     instruction: str
     agent_timeout_sec: float | None
-
-
-@dataclass(frozen=True)
-class BenchmarkVersion:
-    id: str  # content hash, 64 hex
-    name: str
-    tasks: tuple[TaskSpec, ...]
-    root: Path  # the immutable copy
-
-    def task_path(self, task: TaskSpec) -> Path:
-        return self.root / task.folder
-
-
-def content_hash(task_dirs: list[Path], base: Path) -> str:
-    """Hash of sorted relative paths, file bytes and the executable bit only."""
-    entries: list[tuple[str, str, str]] = []
-    for task_dir in task_dirs:
-        for f in task_dir.rglob("*"):
-            if f.is_symlink():
-                raise AmberError(f"{f} is a symbolic link: Tasks may hold only files and folders.")
-            if not f.is_file():
-                continue
-            executable = "x" if f.stat().st_mode & stat.S_IXUSR else "-"
-            digest = hashlib.sha256(f.read_bytes()).hexdigest()
-            entries.append((f.relative_to(base).as_posix(), executable, digest))
-    h = hashlib.sha256()
-    for rel, executable, digest in sorted(entries):
-        h.update(f"{rel}\0{executable}\0{digest}\n".encode())
-    return h.hexdigest()
 
 
 def find_task_dirs(path: Path) -> list[Path]:
@@ -106,40 +64,3 @@ def load_task(task_dir: Path, base: Path) -> TaskSpec:
         instruction=instruction_path.read_text(),
         agent_timeout_sec=config.agent.timeout_sec,
     )
-
-
-def snapshot(source: Path, store: Path, name: str | None = None) -> BenchmarkVersion:
-    """Load a Benchmark folder and copy it, once, into the content-addressed store."""
-    source = source.resolve()
-    task_dirs = find_task_dirs(source)
-    base = source if task_dirs != [source] else source.parent
-    tasks = [load_task(d, base) for d in task_dirs]
-    names = [t.name for t in tasks]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise AmberError(f"Task names must be unique in a Benchmark, but {', '.join(duplicates)} "
-                         "appear more than once: rename the Task folders.")
-    version_id = content_hash(task_dirs, base)
-    root = store / version_id
-    if not root.exists():
-        staging = store / f".{version_id}.{uuid.uuid4().hex}.tmp"
-        try:
-            for d in task_dirs:
-                shutil.copytree(d, staging / d.relative_to(base), symlinks=False)
-            staging.rename(root)
-        except OSError:
-            if not root.is_dir():  # another process stored the same version first: that is fine
-                raise
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return BenchmarkVersion(id=version_id, name=name or source.name, tasks=tuple(tasks), root=root)
-
-
-def open_snapshot(version_id: str, name: str, store: Path) -> BenchmarkVersion:
-    """Reopen a stored Benchmark Version by id (the copy is already checked)."""
-    root = store / version_id
-    if not root.is_dir():
-        raise AmberError(f"The files of Benchmark Version {version_id[:12]} are missing from {store}: "
-                         "submit its folder again to restore them.")
-    tasks = tuple(load_task(d, root) for d in find_task_dirs(root))
-    return BenchmarkVersion(id=version_id, name=name, tasks=tasks, root=root)

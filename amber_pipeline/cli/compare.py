@@ -8,31 +8,24 @@ percentage points.
 
 from __future__ import annotations
 
-import json
 import math
-import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from amber_pipeline.analysis import compare as comparison
-from amber_pipeline.analysis.evidence import TrialEvidence
+from amber_pipeline.analysis import leaderboard as board_of
+from amber_pipeline.analysis import plan as planning
+from amber_pipeline.analysis import sources
+from amber_pipeline.cli import options
+from amber_pipeline.cli.context import Context
+from amber_pipeline.cli.output import out
 from amber_pipeline.errors import AmberError
-from amber_pipeline.money import wallet
-from amber_pipeline.money.identity import Actor
-from amber_pipeline.warehouse.catalog import Warehouse
+from amber_pipeline.money.prices import show, usd
 
-Acting = Callable[[], tuple[Warehouse, Actor, str]]
-LoadSource = Callable[[Warehouse, str, str], list[TrialEvidence]]
 SHOWN_CASES = 10
-
-
-def _console() -> Console:
-    return Console(width=None if sys.stdout.isatty() else 120, highlight=False)
+app = typer.Typer()
 
 
 def _pts(x: float | None) -> str:
@@ -44,7 +37,7 @@ def _ci(ci: list[float | None]) -> str:
 
 
 def _money(x: float) -> str:
-    return wallet.show(wallet.usd(x))
+    return show(usd(x))
 
 
 def _cases(label: str, cases: list[dict[str, str]], by_route: bool) -> str:
@@ -99,130 +92,125 @@ def _percent(value: float, name: str) -> float:
     return value / 100.0
 
 
-def register(app: typer.Typer, acting: Acting, load_source: LoadSource) -> None:
-    """Add `compare`, `leaderboard` and `plan` to ``app``."""
+@app.command("compare")
+def compare_cmd(
+    ctx: typer.Context,
+    baseline: Annotated[str, typer.Argument(help="The baseline: an Amber Job id or a Harbor job folder.")],
+    candidates: Annotated[list[str], typer.Argument(help="One or more candidates, of the same kinds.")],
+    margin_points: Annotated[float | None, typer.Option(
+        "--margin-points", help="The margin in points (0 to 100], chosen before the runs.")] = None,
+    route: Annotated[list[str] | None, typer.Option(
+        "--route", help="Keep one route (agent/model): once for all sides, or once per side, baseline "
+                        "first.")] = None,
+    as_json: options.Json = False,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write a forest plot of the differences (PNG), "
+                                              "with zero and the margin marked.")] = None,
+) -> None:
+    """Compare candidates with a baseline on paired cases: interval, verdict, caveats, advice and costs."""
+    routes = _routes_per_side(route, 1 + len(candidates))
+    acting = Context.of(ctx).acting()
+    base = sources.load(acting.wh, acting.workspace, baseline)
+    names: list[str] = []
+    for source, r in zip(candidates, routes[1:], strict=True):
+        name = source if len(route or []) < 2 else f"{source} {r}"
+        names.append(name if name not in names else f"{name} #{len(names) + 1}")
+    cands = {n: sources.load(acting.wh, acting.workspace, s) for n, s in zip(names, candidates, strict=True)}
+    base_name = baseline if len(route or []) < 2 else f"{baseline} {routes[0]}"
+    if len(cands) == 1:
+        result = comparison.compare(base, cands[names[0]], margin_points=margin_points, route=routes[0],
+                                    candidate_route=routes[1])
+        results = {names[0]: result}
+        payload: dict[str, Any] = {"baseline": base_name, "candidate": names[0], **result}
+    else:
+        many = comparison.compare_many(base, cands, margin_points, route=routes[0],
+                                       candidate_routes={n: r for n, r in zip(names, routes[1:], strict=True)
+                                                         if r is not None})
+        results = many["comparisons"]
+        payload = {"baseline": base_name, **many}
+    if plot is not None:
+        from amber_pipeline.analysis import plots
 
-    @app.command("compare")
-    def compare_cmd(
-        baseline: Annotated[str, typer.Argument(help="The baseline: an Amber Job id or a Harbor job folder.")],
-        candidates: Annotated[list[str], typer.Argument(help="One or more candidates, of the same kinds.")],
-        margin_points: Annotated[float | None, typer.Option(
-            "--margin-points", help="The margin in points (0 to 100], chosen before the runs.")] = None,
-        route: Annotated[list[str] | None, typer.Option(
-            "--route", help="Keep one route (agent/model): once for all sides, or once per side, baseline "
-                            "first.")] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-        plot: Annotated[Path | None, typer.Option("--plot", help="Write a forest plot of the differences (PNG), "
-                                                  "with zero and the margin marked.")] = None,
-    ) -> None:
-        """Compare candidates with a baseline on paired cases: interval, verdict, caveats, advice and costs."""
-        routes = _routes_per_side(route, 1 + len(candidates))
-        wh, _, workspace = acting()
-        base = load_source(wh, workspace, baseline)
-        names: list[str] = []
-        for source, r in zip(candidates, routes[1:], strict=True):
-            name = source if len(route or []) < 2 else f"{source} {r}"
-            names.append(name if name not in names else f"{name} #{len(names) + 1}")
-        cands = {n: load_source(wh, workspace, s) for n, s in zip(names, candidates, strict=True)}
-        base_name = baseline if len(route or []) < 2 else f"{baseline} {routes[0]}"
-        if len(cands) == 1:
-            result = comparison.compare(base, cands[names[0]], margin_points=margin_points, route=routes[0],
-                                        candidate_route=routes[1])
-            results = {names[0]: result}
-            payload: dict[str, Any] = {"baseline": base_name, "candidate": names[0], **result}
-        else:
-            many = comparison.compare_many(base, cands, margin_points, route=routes[0],
-                                           candidate_routes={n: r for n, r in zip(names, routes[1:], strict=True)
-                                                             if r is not None})
-            results = many["comparisons"]
-            payload = {"baseline": base_name, **many}
-        if plot is not None:
-            from amber_pipeline.analysis import plots
+        rows = [plots.Row(name, r["difference_points"] or math.nan,
+                          *(math.nan if v is None else v for v in r["difference_ci95"]))
+                for name, r in results.items()]
+        plots.forest([], rows, plot, title=f"Candidate minus baseline ({base_name})", margin=margin_points,
+                     difference_axis="difference in pass rate, points")
+    if as_json:
+        out.json(payload)
+        return
+    for i, (name, result) in enumerate(results.items()):
+        if i:
+            out.line()
+        for line in comparison_lines(base_name, name, result):
+            out.line(line)
 
-            rows = [plots.Row(name, r["difference_points"] or math.nan,
-                              *(math.nan if v is None else v for v in r["difference_ci95"]))
-                    for name, r in results.items()]
-            plots.forest([], rows, plot, title=f"Candidate minus baseline ({base_name})", margin=margin_points,
-                         difference_axis="difference in pass rate, points")
-        if as_json:
-            print(json.dumps(payload, indent=2))
-            return
-        out = _console()
-        for i, (name, result) in enumerate(results.items()):
-            if i:
-                out.print()
-            for line in comparison_lines(base_name, name, result):
-                out.print(line, markup=False)
 
-    @app.command("leaderboard")
-    def leaderboard_cmd(
-        source: Annotated[str, typer.Argument(help="The round: an Amber Job id or a Harbor job folder.")],
-        board: Annotated[Path, typer.Option("--board", help="A .csv or .json file of rows: agent, model, "
-                                            "pass_rate (percent), trials_per_task.")],
-        route: Annotated[str | None, typer.Option("--route", help="The route to place, when the round has "
-                                                  "several.")] = None,
-        total_tasks: Annotated[int | None, typer.Option("--total-tasks", help="Tasks in the Benchmark Version, "
-                                                        "for the strict pass rate.")] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    ) -> None:
-        """Place a round on a public board by pass rate and strict pass rate, each as a range of ranks."""
-        rows = comparison.load_board(board)
-        wh, _, workspace = acting()
-        result = comparison.leaderboard(load_source(wh, workspace, source), rows, all_tasks=total_tasks, route=route)
-        if as_json:
-            print(json.dumps({"source": source, **result}, indent=2))
-            return
-        out = _console()
-        for label, key in (("pass rate", "pass_rate"), ("strict pass rate", "strict_pass_rate")):
-            rate, (lo, hi), (best, worst) = result[f"{key}_percent"], result[f"{key}_ci95"], result[f"{key}_rank"]
-            shown = "n/a" if rate is None else f"{rate:.1f}% [{lo:.1f}, {hi:.1f}]"
-            out.print(f"{source} ({result['route']}): {label} {shown} -> rank {best} to {worst} of "
-                      f"{result['positions']}", markup=False)
-        table = Table(title="Board")
-        for col in ("agent", "model", "pass rate", "Trials/Task"):
-            table.add_column(col, justify="right" if col in ("pass rate", "Trials/Task") else "left")
-        for row in result["board"]:
-            table.add_row(row["agent"], row["model"], f"{row['pass_rate']:.1f}%",
-                          "?" if row["trials_per_task"] is None else str(row["trials_per_task"]))
-        out.print(table)
-        for c in result["caveats"]:
-            out.print(f"caveat: {c}", markup=False)
+@app.command("leaderboard")
+def leaderboard_cmd(
+    ctx: typer.Context,
+    source: Annotated[str, typer.Argument(help="The round: an Amber Job id or a Harbor job folder.")],
+    board: Annotated[Path, typer.Option("--board", help="A .csv or .json file of rows: agent, model, "
+                                        "pass_rate (percent), trials_per_task.")],
+    route: Annotated[str | None, typer.Option("--route", help="The route to place, when the round has "
+                                              "several.")] = None,
+    total_tasks: Annotated[int | None, typer.Option("--total-tasks", help="Tasks in the Benchmark Version, "
+                                                    "for the strict pass rate.")] = None,
+    as_json: options.Json = False,
+) -> None:
+    """Place a round on a public board by pass rate and strict pass rate, each as a range of ranks."""
+    rows = board_of.load_board(board)
+    acting = Context.of(ctx).acting()
+    result = board_of.leaderboard(sources.load(acting.wh, acting.workspace, source), rows, all_tasks=total_tasks,
+                                  route=route)
+    if as_json:
+        out.json({"source": source, **result})
+        return
+    for label, key in (("pass rate", "pass_rate"), ("strict pass rate", "strict_pass_rate")):
+        rate, (lo, hi), (best, worst) = result[f"{key}_percent"], result[f"{key}_ci95"], result[f"{key}_rank"]
+        shown = "n/a" if rate is None else f"{rate:.1f}% [{lo:.1f}, {hi:.1f}]"
+        out.line(f"{source} ({result['route']}): {label} {shown} -> rank {best} to {worst} of "
+                 f"{result['positions']}")
+    out.table(["agent", "model", "pass rate", "Trials/Task"],
+              ([row["agent"], row["model"], f"{row['pass_rate']:.1f}%",
+                "?" if row["trials_per_task"] is None else row["trials_per_task"]] for row in result["board"]),
+              title="Board")
+    for c in result["caveats"]:
+        out.line(f"caveat: {c}")
 
-    @app.command("plan")
-    def plan_cmd(
-        tasks: Annotated[int | None, typer.Option("--tasks", help="Tasks in the round.")] = None,
-        attempts: Annotated[int, typer.Option("--attempts", help="Attempts per Task.")] = 1,
-        rate: Annotated[float, typer.Option("--rate", help="Expected pass rate, percent (0-100).")] = 50.0,
-        flip_share: Annotated[float, typer.Option(
-            "--flip-share", help="Percent of results that flip between two runs on the same Tasks (0-100].")] = 10.0,
-        change: Annotated[float | None, typer.Option(
-            "--change", help="A change in points: how many Tasks it needs.")] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    ) -> None:
-        """What a round can detect (80% power), and how many Tasks a change needs; rates in percent."""
-        if tasks is None:
-            raise AmberError("Give the number of Tasks in the round with --tasks N.")
-        result = comparison.plan(tasks, attempts, _percent(rate, "--rate"), _percent(flip_share, "--flip-share"),
-                                 change)
-        if as_json:
-            print(json.dumps(result, indent=2))
-            return
-        out = _console()
-        detect = result["detectable_change_points"]
-        same, other = detect["same_tasks"], detect["other_tasks"]
-        each = f"{attempts} attempt{'s' if attempts > 1 else ''} each"
-        out.print(f"A round of {tasks} Tasks ({each}, {result['trials_per_side']} Trials per side) "
-                  "detects, with 80% power at two-sided 5%:")
-        out.print(f"  on the same Tasks, with {flip_share:g}% of results flipping: "
-                  + ("nothing" if same is None else f"a change of {same:.1f} points"))
-        out.print(f"  on other Tasks, at a {rate:g}% pass rate: "
-                  + ("nothing" if other is None else f"a change of {other:.1f} points"))
-        if result["tasks_needed"] is not None:
-            need = result["tasks_needed"]
-            out.print(f"A change of {change:g} points needs "
-                      + ("no number of Tasks" if need["same_tasks"] is None else f"{need['same_tasks']} Tasks")
-                      + " on the same Tasks and "
-                      + ("no number of Tasks" if need["other_tasks"] is None else f"{need['other_tasks']} Tasks")
-                      + " on other Tasks.")
-        for note in result["notes"]:
-            out.print(f"note: {note}", markup=False)
+
+@app.command("plan")
+def plan_cmd(
+    tasks: Annotated[int | None, typer.Option("--tasks", help="Tasks in the round.")] = None,
+    attempts: Annotated[int, typer.Option("--attempts", help="Attempts per Task.")] = 1,
+    rate: Annotated[float, typer.Option("--rate", help="Expected pass rate, percent (0-100).")] = 50.0,
+    flip_share: Annotated[float, typer.Option(
+        "--flip-share", help="Percent of results that flip between two runs on the same Tasks (0-100].")] = 10.0,
+    change: Annotated[float | None, typer.Option(
+        "--change", help="A change in points: how many Tasks it needs.")] = None,
+    as_json: options.Json = False,
+) -> None:
+    """What a round can detect (80% power), and how many Tasks a change needs; rates in percent."""
+    if tasks is None:
+        raise AmberError("Give the number of Tasks in the round with --tasks N.")
+    result = planning.plan(tasks, attempts, _percent(rate, "--rate"), _percent(flip_share, "--flip-share"), change)
+    if as_json:
+        out.json(result)
+        return
+    detect = result["detectable_change_points"]
+    same, other = detect["same_tasks"], detect["other_tasks"]
+    each = f"{attempts} attempt{'s' if attempts > 1 else ''} each"
+    out.line(f"A round of {tasks} Tasks ({each}, {result['trials_per_side']} Trials per side) "
+             "detects, with 80% power at two-sided 5%:")
+    out.line(f"  on the same Tasks, with {flip_share:g}% of results flipping: "
+             + ("nothing" if same is None else f"a change of {same:.1f} points"))
+    out.line(f"  on other Tasks, at a {rate:g}% pass rate: "
+             + ("nothing" if other is None else f"a change of {other:.1f} points"))
+    if result["tasks_needed"] is not None:
+        need = result["tasks_needed"]
+        out.line(f"A change of {change:g} points needs "
+                 + ("no number of Tasks" if need["same_tasks"] is None else f"{need['same_tasks']} Tasks")
+                 + " on the same Tasks and "
+                 + ("no number of Tasks" if need["other_tasks"] is None else f"{need['other_tasks']} Tasks")
+                 + " on other Tasks.")
+    for note in result["notes"]:
+        out.line(f"note: {note}")

@@ -1,37 +1,36 @@
-"""`amber report SOURCE`: the main report of a round, from an Amber Job or a Harbor job folder.
-
-`register` adds the command to an app; the caller supplies how to act (warehouse, actor, Workspace)
-and how to load a source, so the command is tested without a real instance or Harbor folder.
-"""
+"""`amber report`, `amber import-harbor` and `amber judge`: one round, from an Amber Job or a Harbor job folder."""
 
 from __future__ import annotations
 
 import importlib
 import json
-import os
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from amber_pipeline.analysis import judge, sources
 from amber_pipeline.analysis.evidence import TrialEvidence
 from amber_pipeline.analysis.report import build_report, render_text
-from amber_pipeline.benchmarks import tasks as benchmark
+from amber_pipeline.analysis.trial_folders import HARBOR_PREFIX
+from amber_pipeline.benchmarks.tasks import find_task_dirs, load_task
+from amber_pipeline.cli import options
+from amber_pipeline.cli.context import Context
+from amber_pipeline.cli.output import out
 from amber_pipeline.errors import AmberError
-from amber_pipeline.money.identity import Actor
 from amber_pipeline.warehouse.catalog import Warehouse
+from amber_pipeline.warehouse.files import write_text
 
 REPORT_FILE = "amber-report.json"
-HARBOR_PREFIX = "harbor:"
+app = typer.Typer()
 
 
 def read_tasks(path: Path) -> tuple[list[str], dict[str, float]]:
     """All Task names of a Benchmark folder, and their agent time limits ([agent].timeout_sec)."""
-    dirs = benchmark.find_task_dirs(path)
+    dirs = find_task_dirs(path)
     base = path if dirs != [path] else path.parent
-    specs = [benchmark.load_task(d, base) for d in dirs]
+    specs = [load_task(d, base) for d in dirs]
     return [s.name for s in specs], {s.name: s.agent_timeout_sec for s in specs if s.agent_timeout_sec is not None}
 
 
@@ -67,17 +66,6 @@ def report_path(wh: Warehouse, source: str, evidence: list[TrialEvidence]) -> Pa
     return wh.paths.runs / name / REPORT_FILE
 
 
-def write_json(path: Path, text: str) -> None:
-    """Write atomically (temporary name, then rename), so a reader sees a whole report or none."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def _plotter() -> Callable[[dict[str, Any], Path], None]:
     try:
         plots = importlib.import_module("amber_pipeline.analysis.plots")
@@ -89,38 +77,74 @@ def _plotter() -> Callable[[dict[str, Any], Path], None]:
     return forest_plot
 
 
-def register(app: typer.Typer, acting: Callable[[], tuple[Warehouse, Actor, str]],
-             load_source: Callable[[Warehouse, str, str], list[TrialEvidence]]) -> None:
-    """Add `report` to ``app``; ``acting`` gives the warehouse, actor and Workspace, ``load_source`` the evidence."""
+@app.command("report")
+def report_cmd(
+    ctx: typer.Context,
+    source: options.Source,
+    as_json: Annotated[bool, typer.Option("--json", help=f"Print JSON and write {REPORT_FILE} next to the "
+                                                         "source.")] = False,
+    tasks: Annotated[Path | None, typer.Option("--tasks", help="The Benchmark folder: all Task names and time "
+                                               "limits.")] = None,
+    labels: Annotated[Path | None, typer.Option("--labels", help="labels.json: trial name -> cause, to check "
+                                                "the causes.")] = None,
+    plot: options.Plot = None,
+) -> None:
+    """Pass rates with 95% intervals, why attempts failed, near misses and the cells of one round."""
+    forest_plot = _plotter() if plot is not None else None
+    all_tasks, limits = read_tasks(tasks) if tasks is not None else (None, None)
+    given_labels = read_labels(labels) if labels is not None else None
+    acting = Context.of(ctx).acting()
+    evidence = sources.load(acting.wh, acting.workspace, source)
+    result = build_report(evidence, all_tasks=all_tasks, task_time_limits=limits, labels=given_labels)
+    if as_json:
+        text = json.dumps(result, indent=2, allow_nan=False)
+        path = report_path(acting.wh, source, evidence)
+        write_text(path, text + "\n")
+        typer.echo(text)
+        typer.echo(f"Wrote {path}", err=True)
+    else:
+        typer.echo(render_text(result), nl=False)
+    if forest_plot is not None and plot is not None:
+        forest_plot(result, plot)
 
-    @app.command("report")
-    def report(
-        source: Annotated[str, typer.Argument(help="An Amber Job id, a Harbor job folder, or harbor:<name>.")],
-        as_json: Annotated[bool, typer.Option("--json", help=f"Print JSON and write {REPORT_FILE} next to the "
-                                                             "source.")] = False,
-        tasks: Annotated[Path | None, typer.Option(help="The Benchmark folder: all Task names and time limits.")]
-        = None,
-        labels: Annotated[Path | None, typer.Option(help="labels.json: trial name -> cause, to check the causes.")]
-        = None,
-        plot: Annotated[Path | None, typer.Option(help="Also draw a forest plot into this PNG file.")] = None,
-    ) -> None:
-        """Pass rates with 95% intervals, why attempts failed, near misses and the cells of one round."""
-        forest_plot = _plotter() if plot is not None else None
-        all_tasks, limits = read_tasks(tasks) if tasks is not None else (None, None)
-        given_labels = read_labels(labels) if labels is not None else None
-        wh, _, workspace = acting()
-        evidence = load_source(wh, workspace, source)
-        if not evidence:
-            raise AmberError(f"{source} has no Trials: give an Amber Job or a Harbor job folder with finished "
-                             "Trials.")
-        result = build_report(evidence, all_tasks=all_tasks, task_time_limits=limits, labels=given_labels)
-        if as_json:
-            text = json.dumps(result, indent=2, allow_nan=False)
-            path = report_path(wh, source, evidence)
-            write_json(path, text + "\n")
-            typer.echo(text)
-            typer.echo(f"Wrote {path}", err=True)
-        else:
-            typer.echo(render_text(result), nl=False)
-        if forest_plot is not None and plot is not None:
-            forest_plot(result, plot)
+
+@app.command("import-harbor")
+def import_harbor(ctx: typer.Context, folder: Annotated[Path, typer.Argument(
+        help="A job folder `harbor run` wrote (jobs/<job name>).")]) -> None:
+    """Import a Harbor job folder's finished trials for reports and `amber sql` (view imported_trials)."""
+    acting = Context.of(ctx).acting()
+    name, rows = sources.import_harbor(acting.wh, acting.workspace, folder)
+    out.line(f"Imported {name}: {rows} Trials into Workspace {acting.workspace}. Query them with "
+             f"amber sql \"select * from imported_trials where source = '{name}'\"")
+
+
+@app.command("judge")
+def judge_cmd(ctx: typer.Context, source: options.Source,
+              model: Annotated[str, typer.Option("--model", help="The judge's Model Configuration.")],
+              samples: Annotated[int, typer.Option("--samples", help="Judgements per failed Trial, 1 to 10.")] = 3,
+              stage_labels: Annotated[Path | None, typer.Option("--stage-labels", help="JSON: trial name -> "
+                                                                "stage.")] = None,
+              as_json: options.Json = False) -> None:
+    """Sort failed Trials into stages (understand, write, verify, other) with a model judge."""
+    acting = Context.of(ctx).acting()
+    labels = None
+    if stage_labels is not None:
+        try:
+            labels = json.loads(stage_labels.read_text())
+        except (OSError, ValueError) as e:
+            raise AmberError(f"{stage_labels} is not a JSON object of trial name -> stage ({e}).") from None
+    found = judge.judge(sources.load(acting.wh, acting.workspace, source), model, samples, labels)
+    if as_json:
+        out.json(found)
+        return
+    out.line(f"Judge {found['model_configuration']}, {found['samples']} samples each, {found['judged']} failed "
+             "Trials")
+    for stage, count in found["stages"].items():
+        out.line(f"  {stage}: {count}")
+    alpha = found["samples_alpha"]
+    out.line(f"Samples agree on {found['sample_agreement']:.0%} of Trials; alpha "
+             f"{'undefined' if alpha is None else f'{alpha:.3f}'}. {found['samples_guidance']}")
+    if "labels" in found:
+        lab = found["labels"]
+        out.line(f"Against {lab['n_labels']} stage labels: agreement {lab['agreement']:.0%}, kappa "
+                 f"{lab['cohen_kappa']}, alpha {lab['krippendorff_alpha']}.")

@@ -16,22 +16,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from amber_pipeline.agents import catalog as agents
-from amber_pipeline.benchmarks.tasks import BenchmarkVersion, TaskSpec
+from amber_pipeline.agents.catalog import AgentSpec, agent_spec
+from amber_pipeline.benchmarks.tasks import TaskSpec
+from amber_pipeline.benchmarks.versions import BenchmarkVersion
 from amber_pipeline.cells import Cell
 from amber_pipeline.jobs import outcomes
-from amber_pipeline.models import configurations as model_configs
+from amber_pipeline.models.configurations import ModelConfiguration, model_configuration
+from amber_pipeline.models.endpoint import offline_litellm, serving
+from amber_pipeline.money.prices import PRICES, Prices
 from amber_pipeline.sandbox import docker_engine
 from amber_pipeline.warehouse.schemas import TrialRecord
 
-SANDBOX_USD_PER_HOUR = 0.05  # the embedded default's price of one sandbox-hour
 DEFAULT_CONCURRENCY = 2
 WATCH_INTERVAL_SEC = 1.0
 
@@ -45,12 +46,7 @@ class CellRun:
     run_dir: Path
     workspace: str
     private: bool = False  # a Workspace's own Benchmark: Task failures are Reward 0, not Errored
-
-
-def quiet_harbor() -> None:
-    """Keep Harbor and litellm off the internet (price list, telemetry)."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    os.environ.setdefault("HARBOR_TELEMETRY", "off")
+    prices: Prices = PRICES
 
 
 def trial_name(task: TaskSpec, attempt: int) -> str:
@@ -61,23 +57,18 @@ def run_cell(run: CellRun, *, concurrency: int = DEFAULT_CONCURRENCY,
              on_trial_done: Callable[[TrialRecord], None] | None = None,
              keep_going: Callable[[], bool] | None = None) -> list[TrialRecord]:
     """Run the cell's Trials (Tasks x Trials per Task); one record per Trial that started."""
-    quiet_harbor()
+    offline_litellm()
     docker_engine.connect()
     from amber_pipeline.sandbox.environment import remove_sandboxes_under  # deferred: imports Harbor
 
     remove_sandboxes_under(run.run_dir)  # left by an earlier run of this cell that was killed
-    agent = agents.get(run.cell.agent)
-    mc = model_configs.get(run.cell.model_configuration) if agent.needs_model else None
+    agent = agent_spec(run.cell.agent)
+    mc = model_configuration(run.cell.model_configuration) if agent.needs_model else None
     run.run_dir.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
         base_url = None
-        if mc is not None and mc.replay_file is not None:
-            from amber_pipeline.models.provider_double import ProviderDouble, load_replay
-
-            double = ProviderDouble([load_replay(mc.replay_file)],
-                                    {t.name: t.instruction for t in run.benchmark.tasks})
-            base_url = stack.enter_context(double).base_url
-            os.environ.setdefault("OPENAI_API_KEY", "replay-needs-no-key")
+        if mc is not None:
+            base_url = stack.enter_context(serving(mc, {t.name: t.instruction for t in run.benchmark.tasks}))
         runner = _CellRunner(run, agent, mc, base_url, on_trial_done, keep_going or (lambda: True))
         return asyncio.run(runner.run_all(concurrency))
 
@@ -85,8 +76,8 @@ def run_cell(run: CellRun, *, concurrency: int = DEFAULT_CONCURRENCY,
 @dataclass
 class _CellRunner:
     run: CellRun
-    agent: agents.AgentSpec
-    mc: model_configs.ModelConfiguration | None
+    agent: AgentSpec
+    mc: ModelConfiguration | None
     base_url: str | None
     on_trial_done: Callable[[TrialRecord], None] | None
     keep_going: Callable[[], bool]
@@ -164,15 +155,13 @@ class _CellRunner:
             outcome = outcomes.from_exception(exc, private=run.private)
             finished = datetime.now(UTC)
         duration = (finished - started).total_seconds()
-        cost = duration / 3600 * SANDBOX_USD_PER_HOUR
-        if mc is not None:
-            cost += mc.cost_usd(input_tokens, output_tokens)
+        cost = run.prices.trial_cost(mc, input_tokens, output_tokens, duration)
         record = TrialRecord(
             workspace=run.workspace, job_id=run.job_id, cell_key=run.cell.key, benchmark_version_id=run.benchmark.id,
             task_name=task.name, attempt=attempt, trial_name=name, agent=self.agent.name,
             agent_version=self.agent.agent_version(image_id), model_configuration=run.cell.model_configuration,
             outcome=str(outcome.kind), reward=outcome.reward, errored=outcome.errored, retries=retry,
             error_type=outcome.error_type, error_message=outcome.error_message, input_tokens=input_tokens,
-            output_tokens=output_tokens, cost_usd=round(cost, 6), started_at=started, finished_at=finished,
+            output_tokens=output_tokens, cost_usd=float(cost), started_at=started, finished_at=finished,
             duration_sec=duration, image_id=image_id, trial_dir=str(trial_dir))
         return record, outcome.retry

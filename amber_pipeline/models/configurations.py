@@ -1,7 +1,7 @@
 """Model Configurations: a Model with its pinned Provider and its call settings.
 
 For now Amber ships only "replay" Model Configurations: scripted replies served
-by the provider double (`provider_double.py`) on loopback, labelled as such
+by the provider double (`provider_double.py`, reached through `endpoint.py`) on loopback, labelled as such
 everywhere they appear, so the demo and the tests need no API key and no
 internet. Real Providers arrive with the model proxy.
 """
@@ -29,9 +29,6 @@ class ModelConfiguration:
     settings: dict[str, float | str] = field(default_factory=dict)
     replay_file: Path | None = None
 
-    def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
-        return (input_tokens * self.input_usd_per_mtok + output_tokens * self.output_usd_per_mtok) / 1e6
-
 
 # Replay prices are set to look like a frontier and a small model, so the
 # demo's cost column has the shape a real comparison has.
@@ -50,12 +47,12 @@ def _replay_configurations() -> dict[str, ModelConfiguration]:
     return found
 
 
-def known() -> dict[str, ModelConfiguration]:
+def known_model_configurations() -> dict[str, ModelConfiguration]:
     return _replay_configurations()
 
 
-def get(name: str) -> ModelConfiguration:
-    configurations = known()
+def model_configuration(name: str) -> ModelConfiguration:
+    configurations = known_model_configurations()
     if name not in configurations:
         names = ", ".join(sorted(configurations)) or "none"
         raise AmberError(f"Unknown Model Configuration {name!r}: choose one of {names}.")

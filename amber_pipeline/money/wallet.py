@@ -23,27 +23,17 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation
 
 import duckdb
 
 from amber_pipeline.errors import AmberError
 from amber_pipeline.money import workspaces
 from amber_pipeline.money.identity import Actor
+from amber_pipeline.money.prices import show, usd
 from amber_pipeline.warehouse.catalog import Warehouse
 
-CENT = Decimal("0.01")
-MICRO = Decimal("0.000001")
-
-
-def usd(amount: float | Decimal | str) -> Decimal:
-    """Money as an exact decimal of micro-dollars."""
-    return Decimal(str(amount)).quantize(MICRO, rounding=ROUND_HALF_UP)
-
-
-def show(amount: Decimal) -> str:
-    """Dollars with cents, or with micro-dollars when the amount has them."""
-    return f"${amount:,.2f}" if amount == amount.quantize(CENT) else f"${amount:,.6f}"
+MAX_CREDIT = Decimal(1_000_000)  # one entry; the ledger holds amounts below 10**12
 
 
 @dataclass(frozen=True)
@@ -118,7 +108,7 @@ def _append(con: duckdb.DuckDBPyConnection, *, workspace: str, kind: str, amount
 
 def credit(con: duckdb.DuckDBPyConnection, workspace: str, amount: Decimal, reason: str, entry_key: str) -> None:
     if amount <= 0:
-        raise AmberError(f"A Credit must be a positive amount, not {amount}: give --amount above zero.")
+        raise AmberError(f"A Credit must be a positive amount, not {show(amount)}: give --amount above zero.")
     if not reason.strip():
         raise AmberError("A Credit needs a reason: give --reason \"...\".")
     _append(con, workspace=workspace, kind="credit", amount=amount, reason=reason.strip(), entry_key=entry_key)
@@ -179,7 +169,11 @@ def add_credit(wh: Warehouse, actor: Actor, workspace: str, amount: str, reason:
     try:
         value = usd(amount)
     except InvalidOperation:
-        raise AmberError(f"{amount!r} is not an amount of dollars: give a number like 100 or 12.50.") from None
+        value = Decimal("NaN")
+    if not value.is_finite():
+        raise AmberError(f"{amount!r} is not an amount of dollars: give a number like 100 or 12.50.")
+    if value > MAX_CREDIT:
+        raise AmberError(f"A Credit is at most {show(MAX_CREDIT)}, not {show(value)}: add a smaller amount.")
     with wh.write() as con:
         if not workspaces.is_staff(con, actor.user):
             raise AmberError(f"Only Amber staff can add a Credit, and {actor.user} is not staff: "

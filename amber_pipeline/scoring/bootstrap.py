@@ -1,39 +1,47 @@
-"""Headline statistics for Amber results: cell scores and paired comparisons.
+"""The percentile bootstrap over Tasks, as one resample matrix per number of Tasks, applied by matrix products.
 
-Implements section 1 of ``evaluation-analysis.md`` ("The two headline numbers")
-and "How results are compared" in ``amber-concepts.md``:
+A cell's score and a paired comparison both resample Tasks with replacement
+(spec section 1). A resample of ``n`` Tasks is a row of counts: how many times
+each Task was drawn. ``counts(n)`` is the matrix of those rows, drawn from
+``default_rng([seed, n])``, so it depends only on ``n`` and the seed: every
+cell and every comparison over ``n`` Tasks is resampled by the same rows, and
+the resample means of a set of vectors are one matrix product ``W @ X / n``
+instead of one gather per vector.
 
-* **Cell score** -- mean Reward averaged per Task first (over its non-Errored
-  Trials), then across Tasks, with a 95% bootstrap interval that resamples
-  Tasks with replacement.
-* **Paired comparison** -- the bootstrap of the mean of per-Task differences
-  over the Tasks both cells scored; an interval containing zero is
-  "too close to call".
+Exact by construction. Before the product each vector is put on a binary grid
+(``x * 2**p`` rounded to an integer, ``p`` chosen from ``n`` and the vector's
+largest magnitude so that every partial sum stays below 2**53): counts times
+grid values are integers, so every sum in the product is exact, whatever the
+order BLAS adds in, the number of vectors multiplied at once or the machine.
+A resample mean is then that exact sum divided by ``2**p * n``, rounded once.
+So a vector gets the same interval alone or among a thousand others, and the
+resample sums of a difference ``a - b`` are exactly the differences of those
+of ``a`` and ``b`` (a comparison and its two cells agree by construction).
+The grid moves a value by at most ``2**-(p+1)``, about 5e-13 for 2,000 Tasks
+with Rewards in [0, 1]: far below any interval's Monte Carlo error.
 
-The intervals are percentile bootstrap intervals: B. Efron and R. J.
-Tibshirani, *An Introduction to the Bootstrap* (Chapman & Hall, 1993),
-section 13.3. The ``1 - confidence`` tail mass is split equally; the quantiles
-of the bootstrap distribution use linear interpolation between order
-statistics (NumPy's default, the same rule as ``scipy.stats.bootstrap``).
-
-Pure functions: NumPy arrays or plain mappings in, frozen dataclasses out.
-Every bootstrap is seeded (``np.random.default_rng(seed)``, PCG64), so the same
-input and seed give the same interval on every machine with the same NumPy
-version.
+The interval is the percentile interval of B. Efron and R. J. Tibshirani,
+*An Introduction to the Bootstrap* (Chapman & Hall, 1993), section 13.3: the
+``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` quantiles of the resample
+means, linearly interpolated between order statistics (NumPy's default and
+``scipy.stats.bootstrap``'s). Edge cases: no Task gives ``(nan, nan)``; one
+Task, or all values equal, gives ``(v, v)`` exactly.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-N_RESAMPLES = 10_000  # default resamples: the spec's minimum
-MIN_RESAMPLES = 1_000  # floor accepted (for tests); below it the interval is too noisy
+N_RESAMPLES = 10_000  # the spec's minimum
+MIN_RESAMPLES = 1_000  # accepted for tests; below it an interval is too noisy
 DEFAULT_SEED = 20261202
-_CHUNK_BYTES = 32 * 2**20  # per (resamples x Tasks) work array; two are live at once
+CONFIDENCE = 0.95
+_CHUNK_BYTES = 16 * 2**20  # one chunk of the resample matrix, as float64
+_EXACT_BITS = 52  # integers below 2**53 are exact in float64; one bit of margin
 
 
 @dataclass(frozen=True)
@@ -48,146 +56,107 @@ class Interval:
         return bool(self.low <= x <= self.high)
 
 
-@dataclass(frozen=True)
-class CellScore:
-    """Mean of per-Task means, with its 95% percentile bootstrap interval."""
-
-    mean: float  # NaN when no Task was scored
-    ci95: Interval  # resampling Tasks with replacement
-    n_tasks: int
+NO_INTERVAL = Interval(math.nan, math.nan)
 
 
 @dataclass(frozen=True)
-class PairedDifference:
-    """Mean over shared Tasks of ``a - b`` per-Task means, with its interval."""
+class Resampling:
+    """How intervals are drawn: the number of resamples, the seed and the confidence level."""
 
-    mean_difference: float  # NaN when there is no shared Task
-    ci95: Interval
-    n_shared_tasks: int
-    too_close_to_call: bool  # True when ci95 contains 0 or no Task is shared
+    n_resamples: int = N_RESAMPLES
+    seed: int = DEFAULT_SEED
+    confidence: float = CONFIDENCE
+
+    def __post_init__(self) -> None:
+        if self.n_resamples < MIN_RESAMPLES:
+            raise ValueError(f"n_resamples must be >= {MIN_RESAMPLES}, got {self.n_resamples}")
+        if not 0.0 < self.confidence < 1.0:
+            raise ValueError(f"confidence must be in (0, 1), got {self.confidence}")
 
 
-def per_task_means(task_names: Sequence[str], rewards: Sequence[float | None]) -> dict[str, float]:
-    """Mean Reward of each Task over its scored Trials, keyed by Task name.
+DEFAULT_RESAMPLING = Resampling()
+Counts = Callable[[int], Iterator[np.ndarray]]  # n -> chunks of rows of the resample matrix (float64 counts)
 
-    One entry per Trial in the two parallel sequences. A ``None`` reward is an
-    Errored Trial: it is left out (never averaged as 0). A Task whose Trials
-    all Errored is absent from the result. Keys come out sorted by name.
-    Raises ``ValueError`` on length mismatch or a non-finite reward.
+
+def seeded_counts(resampling: Resampling) -> Counts:
+    """The resample matrix for ``n`` Tasks, in chunks of rows: row b counts the draws of each Task in resample b.
+
+    Drawn from ``default_rng([seed, n])``: each resample picks ``n`` Task positions
+    uniformly with replacement (the indices scipy's and NumPy's bootstraps draw),
+    which are then counted. Chunks hold about 16 MB and reuse one buffer, so a
+    chunk is valid until the next is drawn and memory stays flat in B.
     """
-    if len(task_names) != len(rewards):
-        raise ValueError(f"{len(task_names)} task names but {len(rewards)} rewards")
-    sums: dict[str, float] = {}
-    counts: dict[str, int] = {}
-    for name, reward in zip(task_names, rewards, strict=True):
-        if reward is None:
-            continue
-        if not math.isfinite(reward):
-            raise ValueError(f"non-finite reward {reward!r} for Task {name!r}")
-        sums[name] = sums.get(name, 0.0) + float(reward)
-        counts[name] = counts.get(name, 0) + 1
-    return {name: sums[name] / counts[name] for name in sorted(sums)}
+
+    def chunks(n: int) -> Iterator[np.ndarray]:
+        rng = np.random.default_rng([resampling.seed, n])
+        rows = max(1, _CHUNK_BYTES // (8 * n))
+        buffer = np.empty((rows, n), dtype=np.float64)
+        offsets = np.arange(rows)[:, None] * n  # one bincount over the whole chunk
+        for start in range(0, resampling.n_resamples, rows):
+            size = min(rows, resampling.n_resamples - start)
+            draws = rng.integers(0, n, size=(size, n))
+            draws += offsets[:size]
+            chunk = buffer[:size]
+            np.copyto(chunk.reshape(-1), np.bincount(draws.ravel(), minlength=size * n), casting="unsafe")
+            yield chunk
+
+    return chunks
 
 
-def _chunk_size(n: int) -> int:
-    """Resamples per chunk: depends on ``n`` only, so results are portable."""
-    return max(1, _CHUNK_BYTES // (8 * n))
+def grid_bits(n: int, largest: float) -> int:
+    """The ``p`` whose grid ``2**-p`` keeps sums of ``n`` counts times values up to ``largest`` exact (see above)."""
+    return _EXACT_BITS - math.ceil(math.log2(n * max(largest, 1.0))) - 1
 
 
-def bootstrap_mean_ci(
-    values: np.ndarray,
-    *,
-    n_resamples: int = N_RESAMPLES,
-    seed: int = DEFAULT_SEED,
-    confidence: float = 0.95,
-) -> Interval:
-    """Percentile bootstrap interval for the mean of ``values`` (Efron & Tibshirani).
+def on_grid(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row of ``vectors`` (k x n) as integers on its own grid: (``rint(x * 2**p)``, ``p`` per row)."""
+    n = vectors.shape[1]
+    bits = np.array([grid_bits(n, float(np.abs(v).max(initial=0.0))) for v in vectors], dtype=np.int64)
+    return np.rint(np.ldexp(vectors, bits[:, None])), bits
 
-    ``values`` is 1-D, one number per Task. Each resample draws ``n`` values
-    with replacement; the interval is the ``(1 - confidence) / 2`` and
-    ``(1 + confidence) / 2`` quantiles of the ``n_resamples`` resample means.
-    Resamples are drawn in chunks sized so each work array stays near 32 MB
-    (2,000 Tasks x 10,000 resamples peaks at about 64 MB).
 
-    Edge cases: ``n == 0`` gives ``Interval(nan, nan)``; ``n == 1`` or all
-    values equal gives ``Interval(v, v)`` exactly (every resample mean is
-    ``v``). Raises ``ValueError`` when ``n_resamples < 1000``, when
-    ``confidence`` is not in (0, 1), or on a non-finite or non-1-D input.
-    """
-    if n_resamples < MIN_RESAMPLES:
-        raise ValueError(f"n_resamples must be >= {MIN_RESAMPLES}, got {n_resamples}")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    x = np.asarray(values, dtype=np.float64)
-    if x.ndim != 1:
-        raise ValueError(f"values must be 1-D, got shape {x.shape}")
-    n = x.size
-    if n == 0:
-        return Interval(math.nan, math.nan)
-    if not np.all(np.isfinite(x)):
-        raise ValueError("values must be finite")
-    if np.all(x == x[0]):
-        v = float(x[0])
-        return Interval(v, v)
-    rng = np.random.default_rng(seed)
-    means = np.empty(n_resamples, dtype=np.float64)
-    chunk = _chunk_size(n)
-    for start in range(0, n_resamples, chunk):
-        stop = min(start + chunk, n_resamples)
-        idx = rng.integers(0, n, size=(stop - start, n))
-        means[start:stop] = x[idx].mean(axis=1)
+def resample_sums(grid_rows: np.ndarray, counts: Iterator[np.ndarray]) -> np.ndarray:
+    """Exact sums (k x B) of each grid row (k x n, from :func:`on_grid`) under every resample of ``counts``."""
+    return np.concatenate([grid_rows @ chunk.T for chunk in counts], axis=1)
+
+
+def percentile_intervals(sums: np.ndarray, bits: np.ndarray, n: int, confidence: float) -> list[Interval]:
+    """The percentile interval of each row of resample sums: ``sums / (2**bits * n)`` are the resample means."""
+    if sums.shape[0] == 0:
+        return []
+    means = sums / (np.ldexp(1.0, bits)[:, None] * n)
     tail = (1.0 - confidence) / 2.0
-    low, high = np.quantile(means, [tail, 1.0 - tail])
-    return Interval(float(low), float(high))
+    low, high = np.quantile(means, [tail, 1.0 - tail], axis=1, overwrite_input=True)  # means is ours to sort
+    return [Interval(float(lo), float(hi)) for lo, hi in zip(low, high, strict=True)]
 
 
-def cell_score(
-    task_means: Mapping[str, float],
-    *,
-    n_resamples: int = N_RESAMPLES,
-    seed: int = DEFAULT_SEED,
-    confidence: float = 0.95,
-) -> CellScore:
-    """Cell score: mean of per-Task means and its bootstrap interval over Tasks.
+def degenerate(values: np.ndarray) -> Interval | None:
+    """The interval of a vector that needs no resampling (no Task; all values equal), else None."""
+    if values.size == 0:
+        return NO_INTERVAL
+    if not np.all(np.isfinite(values)):
+        raise ValueError("values must be finite")
+    if np.all(values == values[0]):
+        return Interval(float(values[0]), float(values[0]))
+    return None
 
-    ``task_means`` is the output of :func:`per_task_means`. Values are taken
-    in sorted Task-name order, so the interval does not depend on mapping
-    order. No Task: ``CellScore(nan, Interval(nan, nan), 0)``; one Task or all
-    equal: a zero-width interval at that value.
+
+def mean_intervals(vectors: list[np.ndarray], resampling: Resampling = DEFAULT_RESAMPLING,
+                   counts: Counts | None = None) -> list[Interval]:
+    """The percentile interval of the mean of each vector; vectors of one length are one matrix product.
+
+    ``counts`` replaces the seeded resample matrix (the tests pass an enumeration of every resample).
     """
-    names = sorted(task_means)
-    x = np.array([task_means[t] for t in names], dtype=np.float64)
-    ci = bootstrap_mean_ci(x, n_resamples=n_resamples, seed=seed, confidence=confidence)
-    mean = float(x.mean()) if x.size else math.nan
-    return CellScore(mean=mean, ci95=ci, n_tasks=int(x.size))
-
-
-def paired_difference(
-    a: Mapping[str, float],
-    b: Mapping[str, float],
-    *,
-    n_resamples: int = N_RESAMPLES,
-    seed: int = DEFAULT_SEED,
-    confidence: float = 0.95,
-) -> PairedDifference:
-    """Paired bootstrap of ``a - b`` over the Tasks both cells scored.
-
-    Pairs per-Task means by Task name (sorted), forms ``d_t = a_t - b_t`` and
-    bootstraps the mean of ``d`` (resampling Tasks, so each pair stays
-    together). ``too_close_to_call`` is True when the interval contains 0.
-    No shared Task: NaN mean, NaN interval, ``too_close_to_call=True``. One
-    shared Task: too close to call whatever its difference, since a single
-    Task says nothing about Task-to-Task variation. All differences equal
-    (two or more Tasks): a zero-width interval at ``d``.
-    """
-    shared = sorted(a.keys() & b.keys())
-    d = np.array([a[t] - b[t] for t in shared], dtype=np.float64)
-    ci = bootstrap_mean_ci(d, n_resamples=n_resamples, seed=seed, confidence=confidence)
-    if d.size == 0:
-        return PairedDifference(math.nan, ci, 0, too_close_to_call=True)
-    return PairedDifference(
-        mean_difference=float(d.mean()),
-        ci95=ci,
-        n_shared_tasks=int(d.size),
-        too_close_to_call=d.size < 2 or ci.contains(0.0),
-    )
+    draw = counts or seeded_counts(resampling)
+    values = [np.asarray(v, dtype=np.float64) for v in vectors]
+    out = [degenerate(v) for v in values]
+    by_n: dict[int, list[int]] = {}
+    for i, v in enumerate(values):
+        if out[i] is None:
+            by_n.setdefault(v.size, []).append(i)
+    for n, members in sorted(by_n.items()):
+        grid_rows, bits = on_grid(np.stack([values[i] for i in members]))
+        intervals = percentile_intervals(resample_sums(grid_rows, draw(n)), bits, n, resampling.confidence)
+        for i, ci in zip(members, intervals, strict=True):
+            out[i] = ci
+    return [NO_INTERVAL if ci is None else ci for ci in out]

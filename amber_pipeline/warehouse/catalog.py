@@ -15,7 +15,6 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,14 +23,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from amber_pipeline.paths import AmberPaths
-from amber_pipeline.warehouse.schemas import (
-    CELL_RESULT_SCHEMA,
-    COMPARISON_SCHEMA,
-    EVIDENCE_SCHEMA,
-    TASK_REWARD_SCHEMA,
-    TRIAL_SCHEMA,
-    TrialRecord,
-)
+from amber_pipeline.warehouse import sql, views
+from amber_pipeline.warehouse.files import locked, replacing
+from amber_pipeline.warehouse.schemas import TrialRecord
 
 CATALOG_DDL = """
 create table if not exists workspaces (
@@ -50,7 +44,8 @@ create table if not exists jobs (
     submitted_by varchar not null, benchmark_version_id varchar not null, benchmark_owner varchar not null,
     trials_per_task integer not null, status varchar not null, quote_id varchar, start_seq integer,
     created_at timestamptz not null default now(), started_at timestamptz, finished_at timestamptz,
-    message varchar);
+    message varchar, request json);
+alter table jobs add column if not exists request json;
 create table if not exists job_cells (
     job_id varchar not null, cell_key varchar not null, agent varchar not null,
     model_configuration varchar not null, n_trials integer not null, status varchar not null,
@@ -86,7 +81,7 @@ class Warehouse:
     @contextlib.contextmanager
     def write(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """One short read-write transaction on the catalog, serialized across processes."""
-        with self._locked(fcntl.LOCK_EX):
+        with locked(self._lock_path, fcntl.LOCK_EX):
             con = duckdb.connect(str(self.paths.catalog))
             try:
                 if (self.paths.catalog, self.paths.catalog.stat().st_ino) not in _schema_ready:
@@ -108,26 +103,34 @@ class Warehouse:
         if not self.paths.catalog.exists():
             with self.write():
                 pass
-        with self._locked(fcntl.LOCK_SH):
+        with locked(self._lock_path, fcntl.LOCK_SH):
             con = duckdb.connect(str(self.paths.catalog), read_only=True)
             try:
                 yield con
             finally:
                 con.close()
 
-    @contextlib.contextmanager
-    def _locked(self, mode: int) -> Iterator[None]:
-        with open(self._lock_path, "a+") as f:
-            fcntl.flock(f, mode)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
-
     # ---- Parquet -------------------------------------------------------------
 
     def trials_file(self, cell_file_id: str, job_id: str) -> Path:
         return self.paths.trials / cell_file_id / f"{job_id}.parquet"
+
+    def trial_files(self) -> list[tuple[Path, int, int]]:
+        """Every stored Trial file (``<cell file id>/<job>.parquet``) with its size and mtime (ns), sorted.
+
+        Files being written (``.<name>.<uuid>.tmp``) are not listed.
+        """
+        out = []
+        with contextlib.suppress(FileNotFoundError), os.scandir(self.paths.trials) as cells:
+            for cell in cells:
+                if not cell.is_dir() or cell.name.startswith("."):
+                    continue
+                with os.scandir(cell.path) as entries:
+                    for e in entries:
+                        if e.name.endswith(".parquet") and not e.name.startswith(".") and e.is_file():
+                            st = e.stat()
+                            out.append((Path(e.path), st.st_size, st.st_mtime_ns))
+        return sorted(out)
 
     def rewards_file(self, cell_file_id: str, workspace: str) -> Path:
         return self.paths.rewards / cell_file_id / f"{_file_id(workspace)}.parquet"
@@ -135,26 +138,17 @@ class Warehouse:
     def aggregates_file(self, cell_file_id: str, workspace: str) -> Path:
         return self.paths.aggregates / cell_file_id / f"{_file_id(workspace)}.parquet"
 
-    @property
-    def imports(self) -> Path:
-        """Imported Harbor job folders: one Parquet file per (Workspace, folder)."""
-        return self.paths.warehouse / "imports"
-
-    @property
-    def evidence(self) -> Path:
-        """Evidence of Amber's own Trials (trajectory flags, failure causes), one file per Job and cell."""
-        return self.paths.warehouse / "evidence"
-
     @staticmethod
     def write_parquet(table: pa.Table, path: Path) -> None:
-        """Write to a temporary name in the same folder, then rename: all or nothing."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        try:
+        """Write an Arrow table to a temporary name in the same folder, then rename: all or nothing."""
+        with replacing(path) as tmp:
             pq.write_table(table, tmp)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+
+    @staticmethod
+    def copy_parquet(con: duckdb.DuckDBPyConnection, query: str, path: Path) -> None:
+        """Write a query's result the same way, with DuckDB's own Parquet writer (no Arrow round trip)."""
+        with replacing(path) as tmp:
+            con.execute(f"copy ({query}) to {sql.string(tmp)} (format parquet)")
 
     # ---- SQL -----------------------------------------------------------------
 
@@ -168,8 +162,8 @@ class Warehouse:
         with self.read():
             con = duckdb.connect()
             try:
-                con.execute(f"attach '{_sql_str(self.paths.catalog)}' as catalog (read_only)")
-                self._create_views(con, workspace)
+                con.execute(f"attach {sql.string(self.paths.catalog)} as catalog (read_only)")
+                views.create_views(con, self.paths, workspace)
                 yield con
             finally:
                 con.close()
@@ -184,61 +178,5 @@ class Warehouse:
                 [job_id, job_id, cell_key, cell_key]).fetch_arrow_table()
         return [TrialRecord.model_validate(row) for row in table.to_pylist()]
 
-    def _create_views(self, con: duckdb.DuckDBPyConnection, workspace: str | None) -> None:
-        def of(column: str) -> str:
-            return "true" if workspace is None else f"{column} = '{workspace.replace(chr(39), chr(39) * 2)}'"
-
-        ws = of("workspace")
-        scoped = {
-            "workspaces": of("name"), "members": ws, "jobs": ws, "quotes": ws, "ledger": ws,
-            "job_cells": f"job_id in (select id from catalog.main.jobs where {ws})",
-            "benchmark_versions": f"(owner = 'public' or {of('owner')})",
-        }
-        for name, where in scoped.items():
-            con.execute(f"create view {name} as select * from catalog.main.{name} where {where}")
-        sources = {
-            "trials": (self.paths.trials, "*/*.parquet", TRIAL_SCHEMA),
-            "rewards": (self.paths.rewards, "*/*.parquet", TASK_REWARD_SCHEMA),
-            "cell_aggregates": (self.paths.aggregates, "*/*.parquet", CELL_RESULT_SCHEMA),
-            "comparisons": (self.paths.warehouse / "comparisons", "comparisons.parquet", COMPARISON_SCHEMA),
-            "imported_trials": (self.imports, "*.parquet", EVIDENCE_SCHEMA),
-            "amber_evidence": (self.evidence, "*.parquet", EVIDENCE_SCHEMA),
-        }
-        for name, (folder, pattern, schema) in sources.items():
-            if any(folder.glob(pattern)):
-                source = f"read_parquet('{_sql_str(folder / pattern)}', union_by_name = true)"
-            else:
-                con.register(f"_{name}_empty", schema.empty_table())
-                source = f"_{name}_empty"
-            con.execute(f"create view {name} as select * from {source} where {ws}")
-        con.execute("""
-            create view failure_causes as
-            select workspace, source, agent, model, task_name, trial_name, attempt, outcome, cause
-            from (select * from imported_trials union all by name select * from amber_evidence)
-            where outcome <> 'passed'""")
-        con.execute("""
-            create view job_spending as
-            select j.id as job_id, j.workspace, j.status, q.id as quote_id,
-                   coalesce(sum(l.amount) filter (where l.kind = 'reservation'), 0) as reserved,
-                   coalesce(sum(l.amount) filter (where l.kind = 'charge'), 0) as charged,
-                   coalesce(sum(l.amount) filter (where l.kind = 'refund'), 0) as refunded,
-                   reserved = charged + refunded as settled
-            from jobs j join quotes q on q.job_id = j.id left join ledger l on l.quote_id = q.id
-            group by all""")
-        con.execute("""
-            create view cell_results as
-            select b.label as benchmark, a.agent, a.model_configuration, a.n_tasks, a.n_trials,
-                   a.mean_reward, a.ci_low, a.ci_high, a.cost_usd, a.mean_duration_sec, a.errored,
-                   a.cell_key
-            from cell_aggregates a
-            left join (select distinct on (id) id, label from benchmark_versions order by id, owner = 'public')
-              b on b.id = a.benchmark_version_id
-            order by benchmark, a.mean_reward desc""")
-
-
 def _file_id(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _sql_str(path: Path) -> str:
-    return str(path).replace("'", "''")

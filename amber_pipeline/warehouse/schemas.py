@@ -105,12 +105,12 @@ CELL_RESULT_SCHEMA = pa.schema([
 ])
 
 
-# Paired comparisons of two Model Configurations of one Agent, per Workspace (written by aggregate.py).
+# Paired comparisons of two cells that pair (scoring.engine), per Workspace (written by scoring.store).
 COMPARISON_SCHEMA = pa.schema([
     ("workspace", pa.string()),
     ("benchmark_version_id", pa.string()),
     ("agent", pa.string()),
-    ("better", pa.string()),  # Model Configuration name; ties and no shared Task keep report.comparisons' order
+    ("better", pa.string()),  # Model Configuration name; with equal means or no shared Task, the earlier cell
     ("worse", pa.string()),
     ("mean_difference", pa.float64()),  # better - worse over shared Tasks; NaN with no shared Task
     ("ci_low", pa.float64()),

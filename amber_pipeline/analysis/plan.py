@@ -1,0 +1,85 @@
+"""Planning a round (section 5 of ``evaluation-analysis.md``): what it can detect, and what a change needs."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from amber_pipeline.analysis import statistics as st
+from amber_pipeline.errors import AmberError
+
+ALPHA = 0.05
+POWER = 0.8
+
+
+def _check_plan(n_tasks: int, attempts: int, rate: float, flip_share: float, delta_points: float | None) -> None:
+    if n_tasks < 1:
+        raise AmberError(f"A round needs at least 1 Task, got {n_tasks}.")
+    if attempts < 1:
+        raise AmberError(f"Attempts per Task must be at least 1, got {attempts}.")
+    if not 0.0 <= rate <= 1.0:
+        raise AmberError(f"The pass rate must be from 0% to 100%, got {100 * rate:g}%.")
+    if not 0.0 < flip_share <= 1.0:
+        raise AmberError(f"The flip share must be above 0% and at most 100%, got {100 * flip_share:g}%.")
+    if delta_points is not None and not 0.0 < delta_points <= 100.0:
+        raise AmberError(f"The change must be above 0 and at most 100 points, got {delta_points:g}.")
+
+
+def plan(n_tasks: int, attempts: int = 1, rate: float = 0.5, flip_share: float = 0.1,
+         delta_points: float | None = None) -> dict[str, Any]:
+    """What a round of ``n_tasks`` can detect, and how many Tasks a change of ``delta_points`` needs (spec 5).
+
+    ``rate`` and ``flip_share`` are proportions (0..1). 80% power, two-sided alpha 0.05. Same Tasks:
+    McNemar power given the share of results that flip (Connor 1987); other Tasks: two-proportion
+    z-test at ``rate``. ``attempts`` does not enter the formulas: they count Tasks, one result each.
+    """
+    _check_plan(n_tasks, attempts, rate, flip_share, delta_points)
+    same = st.paired_detectable_change_points(n_tasks, flip_share, ALPHA, POWER)
+    other = st.detectable_change_points(rate, n_tasks, ALPHA, POWER)
+    notes = [f"Attempts per Task ({attempts}) do not change these numbers: they count Tasks, one result per Task. "
+             "More attempts narrow each Task's noise (and can lower the share of results that flip), but they do "
+             f"not replace Tasks; {attempts} per Task make {n_tasks * attempts} Trials per side to pay for."]
+    if math.isnan(same):
+        notes.append(f"On the same Tasks with {100 * flip_share:g}% flips, {n_tasks} Tasks detect no change with "
+                     "80% power.")
+    if math.isnan(other):
+        notes.append(f"On other Tasks at a {100 * rate:g}% pass rate, {n_tasks} Tasks detect no change with 80% power.")
+    needed: dict[str, int | None] | None = None
+    if delta_points is not None:
+        needed = {"same_tasks": None, "other_tasks": None}
+        if delta_points / 100 <= flip_share:
+            needed["same_tasks"] = st.tasks_needed(delta_points, flip_share=flip_share, alpha=ALPHA, power=POWER)
+        else:
+            notes.append(f"A change of {delta_points:g} points can't happen on the same Tasks when only "
+                         f"{100 * flip_share:g}% of results flip.")
+        try:
+            needed["other_tasks"] = st.tasks_needed(delta_points, rate=rate, alpha=ALPHA, power=POWER)
+        except ValueError:
+            notes.append(f"Neither a rise nor a fall of {delta_points:g} points fits from a {100 * rate:g}% pass rate.")
+    return {
+        "n_tasks": n_tasks, "attempts": attempts, "trials_per_side": n_tasks * attempts,
+        "rate_percent": 100 * rate, "flip_share_percent": 100 * flip_share, "power": POWER, "alpha": ALPHA,
+        "detectable_change_points": {"same_tasks": st.defined(same), "other_tasks": st.defined(other)},
+        "change_points": delta_points,
+        "tasks_needed": needed,
+        "notes": notes,
+    }
+
+
+def quote_detectable_change(n_tasks: int, rate: float = 0.5) -> float:
+    """Smallest change (points) a Job of ``n_tasks`` detects against a round on other Tasks (80% power).
+
+    For a Quote, before any result: ``rate`` 0.5 is the worst case (largest variance), so the
+    figure is conservative; paired cells of one Job, on the same Tasks, usually detect less. nan
+    when nothing is detectable (a single Task).
+    """
+    return st.detectable_change_points(rate, n_tasks, ALPHA, POWER)
+
+
+def detectable_change_sentence(n_tasks: int, rate: float = 0.5) -> str:
+    """The sentence a Quote prints next to its price."""
+    x = quote_detectable_change(n_tasks, rate) if n_tasks > 0 else math.nan
+    if math.isnan(x):
+        return f"With {n_tasks} Tasks this Job can't detect a change with 80% power: add Tasks."
+    return (f"With {n_tasks} Tasks this Job detects a change of about {x:.0f} points or more (80% power, against "
+            "a round on other Tasks; paired cells on the same Tasks detect less).")

@@ -1,0 +1,53 @@
+"""Amber's cell scores and comparisons of any evidence: the scoring engine over Trial attempts.
+
+A report's cells are (source, route) pairs: an Amber Job or a Harbor job
+folder, and an Agent with its Model Configuration (or model). Each becomes a
+cell of the engine with its source as scope and Benchmark Version, and its
+Agent as Agent Version (a source runs one version of each Agent), so the
+engine pairs the model routes of one Agent within one source. A Trial's
+Reward counts only when it is not Errored; its duration is its wall time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Sequence
+
+import duckdb
+import pyarrow as pa
+
+from amber_pipeline.analysis.evidence import TrialEvidence
+from amber_pipeline.scoring import engine
+from amber_pipeline.scoring.bootstrap import DEFAULT_RESAMPLING, Resampling
+
+
+def wall_time_sec(e: TrialEvidence) -> float | None:
+    if e.started_at is None or e.finished_at is None:
+        return None
+    return (e.finished_at - e.started_at).total_seconds()
+
+
+def cell_of(e: TrialEvidence) -> str:
+    """The engine's cell of an attempt: its source and route."""
+    return f"{e.source}\x1f{e.route}"
+
+
+def score_rows(rows: Iterable[tuple], resampling: Resampling = DEFAULT_RESAMPLING) -> engine.Scores:
+    """Score rows given as tuples in :data:`engine.ROW_SCHEMA` order."""
+    columns = list(zip(*rows, strict=True)) or [()] * len(engine.ROW_SCHEMA)
+    table = pa.table([pa.array(list(c), type=f.type) for c, f in zip(columns, engine.ROW_SCHEMA, strict=True)],
+                     schema=engine.ROW_SCHEMA)
+    with contextlib.closing(duckdb.connect()) as con:
+        con.register("evidence_rows", table)
+        return engine.score(con, "select * from evidence_rows", resampling)
+
+
+def evidence_row(e: TrialEvidence, *, cell: str | None = None, task: str | None = None) -> tuple:
+    """One attempt as an engine row; ``cell`` and ``task`` may regroup attempts (as `amber compare` does)."""
+    return (e.source, cell or cell_of(e), e.source, e.agent, e.agent, e.model, task or e.task_name,
+            None if e.errored else e.reward, e.errored, e.cost_usd, wall_time_sec(e))
+
+
+def score_evidence(evidence: Sequence[TrialEvidence], resampling: Resampling = DEFAULT_RESAMPLING) -> engine.Scores:
+    """Every (source, route) cell of the evidence scored, and the model routes of one Agent compared."""
+    return score_rows((evidence_row(e) for e in evidence), resampling)

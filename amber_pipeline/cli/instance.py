@@ -1,0 +1,82 @@
+"""`amber ui`, `amber daemon ...` and `amber demo`: the embedded Amber itself."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Annotated
+
+import typer
+
+from amber_pipeline.agents.catalog import DEFAULT_AGENT
+from amber_pipeline.cli import embedded
+from amber_pipeline.cli.context import Context
+from amber_pipeline.cli.jobs import follow, print_quote
+from amber_pipeline.cli.money import print_wallet
+from amber_pipeline.cli.output import out
+from amber_pipeline.jobs import lifecycle
+from amber_pipeline.jobs.request import JobRequest
+from amber_pipeline.money import wallet
+from amber_pipeline.paths import PROJECT_ROOT
+from amber_pipeline.sandbox import docker_engine
+
+app = typer.Typer()
+daemon_app = typer.Typer(no_args_is_help=True, help="The embedded Dagster daemon that starts cell runs.")
+app.add_typer(daemon_app, name="daemon")
+DEMO_BENCHMARK = PROJECT_ROOT / "examples" / "demo-bench"
+DEMO_MODELS = ["replay-strong", "replay-weak"]
+DEMO_CREDIT = Decimal(5)
+
+
+@app.command("ui")
+def ui(ctx: typer.Context,
+       host: Annotated[str, typer.Option("--host", help="The address to serve on.")] = "127.0.0.1",
+       port: Annotated[int, typer.Option("--port", help="The port to serve on.")] = 3000) -> None:
+    """Serve the Dagster UI and run its daemon on the embedded instance (Ctrl-C stops both)."""
+    out.line(f"Amber UI: http://{host}:{port} (Ctrl-C stops it)")
+    raise typer.Exit(embedded.run_ui(Context.of(ctx).paths, host, port))
+
+
+@daemon_app.command("start")
+def daemon_start(ctx: typer.Context) -> None:
+    """Start the daemon in the background, unless it runs already."""
+    paths = Context.of(ctx).paths
+    pid = embedded.start_daemon(paths)
+    out.line(f"Amber daemon running (pid {pid}); log in {paths.dagster_home / 'daemon.log'}")
+
+
+@daemon_app.command("stop")
+def daemon_stop(ctx: typer.Context) -> None:
+    """Stop the daemon this instance runs."""
+    stopped = embedded.stop_daemon(Context.of(ctx).paths)
+    out.line("Amber daemon stopped." if stopped else "No Amber daemon was running.")
+
+
+@app.command("demo")
+def demo(ctx: typer.Context,
+         trials: Annotated[int, typer.Option("--trials", help="Trials per Task, 1 to 10.")] = 1) -> None:
+    """Run the bundled demo: terminus-2 with two replay Model Configurations, oracle and nop as bounds."""
+    docker_engine.connect()
+    acting = Context.of(ctx).acting()
+    wh = acting.wh
+    state, _ = wallet.read(wh, acting.workspace)
+    if state.available < DEMO_CREDIT:
+        wallet.add_credit(wh, acting.actor, acting.workspace, str(DEMO_CREDIT - state.available), "demo credit")
+    out.rule("Wallet before")
+    print_wallet(*wallet.read(wh, acting.workspace), last=5)
+    started_here = embedded.daemon_pid(wh.paths) is None
+    embedded.start_daemon(wh.paths)
+    try:
+        request = JobRequest(benchmark=str(DEMO_BENCHMARK), agent=DEFAULT_AGENT, model_configurations=DEMO_MODELS,
+                             trials_per_task=trials, bounds=True, public=True)
+        made, job = lifecycle.submit(wh, acting.workspace, acting.actor.user, request)
+        print_quote(made)
+        out.line(f"Started {job.id}: terminus-2 with replay-strong and replay-weak (scripted replies, not real "
+                 "models), oracle and nop as bounds.")
+        follow(acting, job.id)
+    finally:
+        if started_here:
+            embedded.stop_daemon(wh.paths)
+    out.rule("Wallet after")
+    print_wallet(*wallet.read(wh, acting.workspace), last=6)
+    out.line(f"\nQuery it: amber sql \"select task_name, model_configuration, reward from trials where job_id = "
+             f"'{job.id}'\"\nThe full report: amber report {job.id} --plot report.png")

@@ -1,0 +1,159 @@
+"""`amber job ...` and `amber results`: quote, start, follow and read Jobs."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC
+from decimal import Decimal
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from amber_pipeline.agents.catalog import DEFAULT_AGENT
+from amber_pipeline.analysis import report, sources
+from amber_pipeline.analysis.plan import detectable_change_sentence
+from amber_pipeline.cli import embedded, options
+from amber_pipeline.cli.context import Acting, Context
+from amber_pipeline.cli.output import out
+from amber_pipeline.jobs import lifecycle, quotes, records
+from amber_pipeline.jobs.quotes import Quote
+from amber_pipeline.money.prices import show
+from amber_pipeline.sandbox import docker_engine
+from amber_pipeline.warehouse.catalog import Warehouse
+
+app = typer.Typer()
+job_app = typer.Typer(no_args_is_help=True, help="Quote, start, follow and cancel Jobs.")
+app.add_typer(job_app, name="job")
+
+
+@job_app.command("quote")
+def job_quote(ctx: typer.Context, benchmark: options.Benchmark, agent: options.Agent = DEFAULT_AGENT,
+              model: options.Model = None, trials: options.Trials = 1, bounds: options.Bounds = False,
+              public: options.Public = False) -> None:
+    """Quote a Job and reserve its amount from the Wallet; start it within the hour with `amber job start`."""
+    acting = Context.of(ctx).acting()
+    made = lifecycle.quote(acting.wh, acting.workspace, acting.actor.user,
+                           options.job_request(benchmark, agent, model, trials, bounds, public))
+    print_quote(made)
+    out.line(f"Start it within the hour with: amber job start {made.id}")
+
+
+@job_app.command("start")
+def job_start(ctx: typer.Context,
+              quote_id: Annotated[str, typer.Argument(help="The Quote's id, or its Job's.")]) -> None:
+    """Start a quoted Job; the embedded daemon starts its cell runs within seconds."""
+    acting = Context.of(ctx).acting()
+    quotes.get(acting.wh, acting.workspace, quote_id)  # an unknown Quote is the first thing to say
+    docker_engine.connect()
+    job = lifecycle.start(acting.wh, acting.workspace, quote_id)
+    out.line(f"Started {job.id} over {job.benchmark_label}.")
+    _warn_without_daemon(acting.wh)
+
+
+@job_app.command("submit")
+def job_submit(ctx: typer.Context, benchmark: options.Benchmark, agent: options.Agent = DEFAULT_AGENT,
+               model: options.Model = None, trials: options.Trials = 1, bounds: options.Bounds = False,
+               public: options.Public = False,
+               wait: Annotated[bool, typer.Option("--wait", help="Follow the Job with a progress bar, then print "
+                                                                 "its results.")] = False) -> None:
+    """Quote a Job and start it at once."""
+    acting = Context.of(ctx).acting()
+    request = options.job_request(benchmark, agent, model, trials, bounds, public)
+    request.check()  # a request that cannot run is the first thing to say, before the engine's state
+    docker_engine.connect()
+    made, job = lifecycle.submit(acting.wh, acting.workspace, acting.actor.user, request)
+    print_quote(made)
+    out.line(f"Started {job.id}.")
+    _warn_without_daemon(acting.wh)
+    if wait:
+        follow(acting, job.id)
+
+
+@job_app.command("cancel")
+def job_cancel(ctx: typer.Context, job_id: options.JobId) -> None:
+    """Stop a Job: no new Trial starts, in-flight ones stop, the unspent reservation is refunded."""
+    acting = Context.of(ctx).acting()
+    job = lifecycle.cancel(acting.wh, acting.workspace, job_id)
+    out.line(f"{job.id} is {job.status}; in-flight Trials stop within seconds and the unspent reservation is "
+             "refunded once they have.")
+
+
+@job_app.command("status")
+def job_status(ctx: typer.Context, job_id: Annotated[str | None, typer.Argument(
+        help="An Amber Job id; without one, every Job of the Workspace.")] = None) -> None:
+    """The state of one Job and its cells, or of every Job of the Workspace."""
+    acting = Context.of(ctx).acting()
+    wh = acting.wh
+    if job_id is None:
+        out.table(["Job", "Benchmark", "status", "Trials done", "submitted"],
+                  ([j.id, j.benchmark_label, j.status,
+                    f"{records.trials_finished(wh, j.id)}/{sum(c.n_trials for c in records.cells_of(wh, j.id))}",
+                    f"{j.created_at:%Y-%m-%d %H:%M:%S}"] for j in records.list_jobs(wh, acting.workspace)),
+                  title=f"Jobs of Workspace {acting.workspace}")
+        return
+    job = records.get_job(wh, job_id, acting.workspace)
+    out.line(f"{job.id} over {job.benchmark_label}: {job.status}" + (f" ({job.message})" if job.message else ""))
+    out.table(["cell", "status", "Trials", "note"],
+              ([c.label, c.status, c.n_trials, c.message or ""] for c in records.cells_of(wh, job_id)))
+
+
+@job_app.command("wait")
+def job_wait(ctx: typer.Context, job_id: options.JobId) -> None:
+    """Follow a Job with a progress bar until it ends, then print its results."""
+    follow(Context.of(ctx).acting(), job_id)
+
+
+@app.command("results")
+def results(ctx: typer.Context, job_id: options.JobId, as_json: options.Json = False) -> None:
+    """The cells of a Job's report: each cell's score with its 95% bootstrap CI, and the paired comparisons."""
+    acting = Context.of(ctx).acting()
+    job = records.get_job(acting.wh, job_id, acting.workspace)
+    found = report.build_report(sources.load(acting.wh, acting.workspace, job.id))
+    if as_json:
+        out.json({"job": job.id, "benchmark": job.benchmark_label, "cells": found["cells"],
+                  "comparisons": found["comparisons"]})
+        return
+    out.line(f"{job.id} on {job.benchmark_label}")
+    for line in report.render_cells(found):
+        out.line(line)
+
+
+def print_quote(made: Quote) -> None:
+    out.table(["cell", "Tasks", "Trials/Task", "per Trial", "total", "estimate"],
+              ([c.label, c.n_tasks, c.trials_per_task, show(Decimal(c.cost_per_trial)), show(Decimal(c.total)),
+                c.basis] for c in made.cells),
+              title=f"Quote {made.id} for {made.job_id} on {made.benchmark_label}")
+    out.line(f"Reserved {show(made.amount)} from Workspace {made.workspace}'s Wallet as the Job's spending ceiling; "
+             f"the Quote expires at {made.expires_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC.")
+    out.line(detectable_change_sentence(max((c.n_tasks for c in made.cells), default=0)))
+
+
+def follow(acting: Acting, job_id: str) -> None:
+    """A progress bar over the Job's Trials until it has ended and no cell still runs; then its results."""
+    wh = acting.wh
+    total = sum(c.n_trials for c in records.cells_of(wh, records.get_job(wh, job_id, acting.workspace).id))
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=out.console, transient=False) as progress:
+        bar = progress.add_task(f"{job_id} Trials", total=total)
+        while True:
+            job = records.get_job(wh, job_id, acting.workspace)
+            progress.update(bar, completed=records.trials_finished(wh, job_id))
+            if job.ended and not any(c.status == "running" for c in records.cells_of(wh, job_id)):
+                break
+            time.sleep(1)
+    if job.status != "completed":
+        out.line(f"{job_id} ended {job.status}" + (f": {job.message}" if job.message else "."))
+    try:
+        found = report.build_report(sources.load(wh, acting.workspace, job_id))
+    except sources.NoTrials:
+        out.line(f"{job_id} has no results: no Trial of it ran.")
+        return
+    for line in report.render_cells(found):
+        out.line(line)
+
+
+def _warn_without_daemon(wh: Warehouse) -> None:
+    if embedded.daemon_pid(wh.paths) is None:
+        out.line("No Amber daemon runs on this instance: start one with `amber daemon start` (or `amber ui`) so "
+                 "the Job's cells run.")

@@ -1,0 +1,38 @@
+"""Options and arguments that several commands share, defined once with their help text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from amber_pipeline.jobs.request import JobRequest
+
+_FIELDS = JobRequest.model_fields
+
+
+def _help(name: str) -> str:
+    return _FIELDS[name].description or ""
+
+
+Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+Source = Annotated[str, typer.Argument(help="An Amber Job id, a Harbor job folder, or harbor:<name> of an imported "
+                                            "folder.")]
+JobId = Annotated[str, typer.Argument(help="An Amber Job id (job-...).")]
+Plot = Annotated[Path | None, typer.Option("--plot", help="Also draw a forest plot into this PNG file.")]
+
+# The Job request's fields, with the request's own descriptions.
+Benchmark = Annotated[str, typer.Argument(help=_help("benchmark"))]
+Agent = Annotated[str, typer.Option("--agent", help=_help("agent"))]
+Model = Annotated[list[str] | None, typer.Option("--model", help=_help("model_configurations") + " Repeat for "
+                                                 "several.")]
+Trials = Annotated[int, typer.Option("--trials", help=_help("trials_per_task"))]
+Bounds = Annotated[bool, typer.Option("--bounds", help=_help("bounds"))]
+Public = Annotated[bool, typer.Option("--public", help=_help("public"))]
+
+
+def job_request(benchmark: str, agent: str, model: list[str] | None, trials: int, bounds: bool,
+                public: bool) -> JobRequest:
+    return JobRequest(benchmark=benchmark, agent=agent, model_configurations=model or [], trials_per_task=trials,
+                      bounds=bounds, public=public)

@@ -1,0 +1,60 @@
+"""A Job request: what a user asks Amber to run, in one typed record.
+
+The CLI builds it from its options, Dagster's `submit_job` takes it as its
+run config (the launchpad shows these fields and their descriptions), and the
+Job keeps it. Its checks are the rules a user can break, each refused in one
+sentence: Trials per Task from 1 to 10, an Agent Amber ships, a Model
+Configuration for an Agent that needs one and none for one that does not.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from amber_pipeline.agents.catalog import AGENTS, DEFAULT_AGENT, agent_spec
+from amber_pipeline.benchmarks.versions import BenchmarkVersion
+from amber_pipeline.cells import NO_MODEL, Cell
+from amber_pipeline.errors import AmberError
+from amber_pipeline.models.configurations import known_model_configurations, model_configuration
+
+MIN_TRIALS, MAX_TRIALS = 1, 10
+BOUNDS = ("oracle", "nop")
+
+
+class JobRequest(BaseModel):
+    """A Benchmark against one Agent with its Model Configurations, each Task tried Trials-per-Task times."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    benchmark: str = Field(description="A Benchmark folder, or a Benchmark Version label name@N.")
+    agent: str = Field(DEFAULT_AGENT, description=f"The Agent: one of {', '.join(AGENTS)}.")
+    model_configurations: list[str] = Field(
+        default_factory=list, description="The Model Configurations to compare (none for oracle and nop).")
+    trials_per_task: int = Field(1, description=f"Trials per Task, {MIN_TRIALS} to {MAX_TRIALS}.")
+    bounds: bool = Field(False, description="Add oracle and nop cells as the upper and lower bounds.")
+    public: bool = Field(False, description="Register the Benchmark folder as public (Amber staff only).")
+
+    def check(self) -> None:
+        """Refuse, in one sentence, a request Amber cannot run (the Benchmark is checked when it is read)."""
+        if not MIN_TRIALS <= self.trials_per_task <= MAX_TRIALS:
+            raise AmberError(f"Trials per Task must be from {MIN_TRIALS} to {MAX_TRIALS}, not "
+                             f"{self.trials_per_task}: pick a number in that range.")
+        spec = agent_spec(self.agent)
+        if spec.needs_model and not self.model_configurations:
+            raise AmberError(f"{self.agent} needs a Model Configuration: add --model NAME "
+                             f"(known: {', '.join(sorted(known_model_configurations()))}).")
+        if not spec.needs_model and self.model_configurations:
+            raise AmberError(f"{self.agent} calls no model: drop --model.")
+        for name in self.model_configurations:
+            model_configuration(name)
+
+    def cells(self, version: BenchmarkVersion) -> list[Cell]:
+        """The Job's cells: the Agent with each Model Configuration, then oracle and nop when asked as bounds."""
+        self.check()
+        spec = agent_spec(self.agent)
+        models = list(dict.fromkeys(self.model_configurations)) if spec.needs_model else [NO_MODEL]
+        cells = [Cell(version.id, self.agent, spec.spec_id, m) for m in models]
+        if self.bounds:
+            cells += [c for c in (Cell(version.id, b, agent_spec(b).spec_id, NO_MODEL) for b in BOUNDS)
+                      if c not in cells]
+        return cells

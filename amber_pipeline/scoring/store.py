@@ -1,0 +1,196 @@
+"""Scores in the warehouse: per-Task Rewards, cell aggregates and comparisons, written from the engine.
+
+Two writers, one computation. When a cell run ends, :func:`write_cell` scores
+that cell over all its stored Trials; :func:`reaggregate` scores every cell
+and compares every pair, so late Trials and a fix to the statistics reach
+every report. Both call :func:`engine.score` on the Trial files, and a cell's
+numbers depend only on its own Trials (sums are exact and the resample rows
+depend only on the number of Tasks), so both write the same numbers to the
+same file: ``Warehouse.rewards_file`` and ``Warehouse.aggregates_file`` per
+(cell, Workspace), and one comparisons file.
+
+The re-aggregation is idempotent and cheap when nothing changed: a fingerprint
+of its inputs (every Trial file's path, size and modification time; the source
+of this package; NumPy's version; the resampling) is kept beside the outputs,
+and an unchanged fingerprint with its outputs in place writes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from amber_pipeline.cells import NO_MODEL, agent_version_sql, cell_file_id
+from amber_pipeline.scoring import engine
+from amber_pipeline.scoring.bootstrap import DEFAULT_RESAMPLING, Resampling
+from amber_pipeline.warehouse import sql
+from amber_pipeline.warehouse.catalog import Warehouse
+from amber_pipeline.warehouse.files import locked, write_text
+from amber_pipeline.warehouse.schemas import CELL_RESULT_SCHEMA, COMPARISON_SCHEMA, TASK_REWARD_SCHEMA
+
+FINGERPRINT_NAME = "_fingerprint.json"
+_LIBRARY = Path(__file__).resolve().parents[1]
+# The code the numbers depend on: the engine and its store, the cell key (pairing), the SQL and the schemas.
+_SOURCES = [*sorted(Path(__file__).parent.glob("*.py")), _LIBRARY / "cells.py", _LIBRARY / "warehouse" / "sql.py",
+            _LIBRARY / "warehouse" / "schemas.py"]
+
+
+@dataclass(frozen=True)
+class Reaggregation:
+    changed: bool  # False: inputs unchanged since the last run, nothing written
+    cells: int  # (cell, Workspace) scores written (or, unchanged, last written)
+    comparisons: int
+    seconds: float
+
+
+def trial_rows(files: Sequence[Path]) -> str:
+    """The engine's rows over stored Trial files: every Trial that is a result (not cancelled with its Job)."""
+    return f"""select workspace as scope, cell_key as cell, benchmark_version_id as benchmark, agent,
+                      {agent_version_sql('cell_key')} as agent_version,
+                      nullif(model_configuration, {sql.string(NO_MODEL)}) as model, task_name as task, reward,
+                      errored, cost_usd, duration_sec
+               from read_parquet({sql.path_list(files)}, union_by_name = true)
+               where outcome is distinct from 'cancelled'"""
+
+
+def cell_trial_files(wh: Warehouse, cell_key: str) -> list[Path]:
+    return sorted((wh.paths.trials / cell_file_id(cell_key)).glob("[!.]*.parquet"))
+
+
+def write_cell(wh: Warehouse, cell_key: str) -> engine.Scores:
+    """Score one cell over all its stored Trials (each Workspace's apart) and write its Rewards and aggregates."""
+    with contextlib.closing(duckdb.connect()) as con:
+        scores = _score(con, cell_trial_files(wh, cell_key), DEFAULT_RESAMPLING)
+        written = _write_cells(con, wh, scores.cells)
+    folder = cell_file_id(cell_key)
+    _remove_others([wh.paths.rewards / folder, wh.paths.aggregates / folder], written)
+    return scores
+
+
+def _score(con: duckdb.DuckDBPyConnection, files: Sequence[Path], resampling: Resampling) -> engine.Scores:
+    """The engine over stored Trial files (no file: no cell)."""
+    return engine.score(con, trial_rows(files), resampling) if files else engine.Scores([], [])
+
+
+def _write_cells(con: duckdb.DuckDBPyConnection, wh: Warehouse, cells: Sequence[engine.CellScore]) -> list[Path]:
+    """Each (cell, Workspace)'s per-Task Rewards and aggregate, one file each.
+
+    Arrow tables come from DuckDB (values as SQL literals), never from Python
+    objects: that conversion would import pandas (``warehouse.sql``).
+    """
+    aggregates = _table(con, CELL_RESULT_SCHEMA, (
+        [c.scope, c.cell, c.benchmark, c.agent, c.model or NO_MODEL, c.n_tasks, c.n_trials, c.mean, c.ci95.low,
+         c.ci95.high, c.cost_usd, c.mean_duration_sec, c.errored] for c in cells))
+    written = []
+    for i, c in enumerate(cells):
+        rewards = wh.rewards_file(cell_file_id(c.cell), c.scope)
+        wh.write_parquet(_as(TASK_REWARD_SCHEMA, c.task_rewards.rename_columns(TASK_REWARD_SCHEMA.names)), rewards)
+        aggregate = wh.aggregates_file(cell_file_id(c.cell), c.scope)
+        wh.write_parquet(aggregates.slice(i, 1), aggregate)
+        written += [rewards, aggregate]
+    return written
+
+
+def _write_comparisons(con: duckdb.DuckDBPyConnection, wh: Warehouse,
+                       comparisons: Sequence[engine.Comparison]) -> Path:
+    table = _table(con, COMPARISON_SCHEMA, (
+        [c.better.scope, c.better.benchmark, c.better.agent, c.better.model, c.worse.model, c.difference.mean,
+         c.difference.ci95.low, c.difference.ci95.high, c.difference.n_shared_tasks,
+         c.difference.too_close_to_call, c.better.cell, c.worse.cell] for c in comparisons))
+    wh.write_parquet(table, comparisons_file(wh))
+    return comparisons_file(wh)
+
+
+def _table(con: duckdb.DuckDBPyConnection, schema: pa.Schema, rows: Iterable[list[object]]) -> pa.Table:
+    """An Arrow table of ``schema`` holding ``rows``, made by DuckDB from SQL literals."""
+    types = {pa.string(): "varchar", pa.int64(): "bigint", pa.float64(): "double", pa.bool_(): "boolean"}
+    columns = ", ".join(f"{f.name} {types[f.type]}" for f in schema)
+    con.execute(f"create or replace temp table _rows ({columns})")
+    listed = sql.values(rows)
+    if listed:
+        con.execute(f"insert into _rows values {listed}")
+    return _as(schema, con.execute("select * from _rows").to_arrow_table())
+
+
+def _as(schema: pa.Schema, table: pa.Table) -> pa.Table:
+    """``table``, checked to have ``schema`` (DuckDB's types are the documented ones; a cast would load
+    pyarrow.compute, a tenth of a second)."""
+    if not table.schema.equals(schema):
+        raise TypeError(f"expected {schema}, got {table.schema}")
+    return table
+
+
+def _remove_others(folders: Sequence[Path], written: Sequence[Path]) -> None:
+    """Remove the scores in these folders that were not just written: a (cell, Workspace) whose Trials are
+    no longer results has no score, and an old file must not keep one in the views."""
+    keep = set(written)
+    for folder in folders:
+        for stale in folder.glob("*.parquet"):
+            if stale not in keep:
+                stale.unlink(missing_ok=True)
+
+
+def comparisons_file(wh: Warehouse) -> Path:
+    return wh.paths.comparisons / "comparisons.parquet"
+
+
+def fingerprint_file(wh: Warehouse) -> Path:
+    return wh.paths.aggregates / FINGERPRINT_NAME
+
+
+def reaggregate(wh: Warehouse, *, resampling: Resampling = DEFAULT_RESAMPLING, force: bool = False) -> Reaggregation:
+    """Recompute every cell's Rewards and score and every comparison from the stored Trials.
+
+    Writes nothing when the fingerprint of the inputs matches the stored one and
+    its outputs are in place (unless ``force``). Runs are serialized across
+    processes by a file lock.
+    """
+    start = time.perf_counter()
+    with locked(wh.paths.aggregates / "_reaggregate.lock", fcntl.LOCK_EX):
+        files = wh.trial_files()
+        key = _fingerprint(files, resampling)
+        stored = _read_json(fingerprint_file(wh))
+        if (not force and stored is not None and stored.get("key") == key
+                and all((wh.paths.warehouse / p).exists() for p in stored.get("outputs", []))):
+            return Reaggregation(False, int(stored["cells"]), int(stored["comparisons"]),
+                                 time.perf_counter() - start)
+        with contextlib.closing(duckdb.connect()) as con:
+            scores = _score(con, [path for path, _, _ in files], resampling)
+            outputs = _write_cells(con, wh, scores.cells)
+            outputs.append(_write_comparisons(con, wh, scores.comparisons))
+        _remove_others([d for root in (wh.paths.rewards, wh.paths.aggregates) for d in root.iterdir() if d.is_dir()],
+                       outputs)
+        write_text(fingerprint_file(wh), json.dumps({
+            "key": key, "trial_files": len(files), "cells": len(scores.cells),
+            "comparisons": len(scores.comparisons),
+            "outputs": [str(p.relative_to(wh.paths.warehouse)) for p in outputs]}, indent=1))
+        return Reaggregation(True, len(scores.cells), len(scores.comparisons), time.perf_counter() - start)
+
+
+def _fingerprint(files: Sequence[tuple[Path, int, int]], resampling: Resampling) -> str:
+    h = hashlib.sha256()
+    for module in _SOURCES:
+        h.update(hashlib.sha256(module.read_bytes()).digest())
+    h.update(json.dumps([np.__version__, duckdb.__version__, resampling.n_resamples, resampling.seed,
+                         resampling.confidence]).encode())
+    for path, size, mtime_ns in files:
+        h.update(f"{path}\0{size}\0{mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

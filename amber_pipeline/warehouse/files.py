@@ -1,0 +1,40 @@
+"""Files shared across processes: atomic writes (a reader sees a whole file or none, and a failed write
+leaves nothing behind) and OS file locks."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """A temporary name beside ``path`` that replaces it once the block has written it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text(path: Path, text: str) -> None:
+    with replacing(path) as tmp:
+        tmp.write_text(text)
+
+
+@contextlib.contextmanager
+def locked(path: Path, mode: int) -> Iterator[None]:
+    """Hold an OS lock on ``path`` (``fcntl.LOCK_SH`` shared, ``fcntl.LOCK_EX`` exclusive) for the block."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as f:
+        fcntl.flock(f, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
