@@ -27,13 +27,11 @@ Exits non-zero on a mismatch.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,13 +41,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from synthetic import Trials, run_child, trial_table
 
 from amber_pipeline.cells import Cell, cell_file_id
-from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
+from amber_pipeline.paths import AmberPaths
 from amber_pipeline.scoring import bootstrap, store
 from amber_pipeline.scoring.bootstrap import Resampling
 from amber_pipeline.warehouse.catalog import Warehouse
-from amber_pipeline.warehouse.schemas import SCHEMA_VERSION, TRIAL_SCHEMA
 
 WORKSPACE = "bench"
 BV = "b" * 64
@@ -100,37 +98,15 @@ def cell_table(cell: Cell, job_id: str, n_tasks: int, rate: float, difficulty: n
                rng: np.random.Generator) -> pa.Table:
     n = n_tasks * ATTEMPTS
     task = np.repeat(np.arange(n_tasks), ATTEMPTS)
-    attempt = np.tile(np.arange(1, ATTEMPTS + 1, dtype=np.int32), n_tasks)
     p = np.clip(rate + difficulty[task], 0.02, 0.98)
     errored = rng.random(n) < 0.003
-    reward = np.where(errored, np.nan, (rng.random(n) < p).astype(np.float64))
     in_tok = rng.integers(1_000, 20_000, n)
     out_tok = rng.integers(100, 4_000, n)
-    duration = rng.gamma(4.0, 15.0, n)
-    start_us = np.int64(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1e6) + np.arange(n, dtype=np.int64) * 60_000_000
-    names = [f"task-{t:04d}" for t in range(n_tasks)]
-    trial_names = [f"task-{t:04d}__{a}" for t, a in zip(task.tolist(), attempt.tolist(), strict=True)]
-    cols = {
-        "schema_version": pa.array(np.full(n, SCHEMA_VERSION, dtype=np.int32)),
-        "workspace": pa.array([WORKSPACE] * n), "job_id": pa.array([job_id] * n),
-        "cell_key": pa.array([cell.key] * n), "benchmark_version_id": pa.array([BV] * n),
-        "task_name": pa.array(names).take(pa.array(task)), "attempt": pa.array(attempt),
-        "trial_name": pa.array(trial_names),
-        "agent": pa.array([cell.agent] * n), "agent_version": pa.array([cell.agent_spec_id] * n),
-        "model_configuration": pa.array([cell.model_configuration] * n),
-        "outcome": pa.array(np.where(errored, "errored", "scored").tolist()),
-        "reward": pa.array(reward, mask=errored), "errored": pa.array(errored),
-        "retries": pa.array(np.where(errored, 2, 0).astype(np.int32)),
-        "error_type": pa.array(np.where(errored, "AgentTimeoutError", "").tolist(), mask=~errored),
-        "error_message": pa.array(np.where(errored, "timed out", "").tolist(), mask=~errored),
-        "input_tokens": pa.array(in_tok), "output_tokens": pa.array(out_tok),
-        "cost_usd": pa.array(np.where(errored, 0.0, in_tok * 3e-6 + out_tok * 15e-6)),
-        "started_at": pa.array(start_us, type=pa.timestamp("us", tz="UTC")),
-        "finished_at": pa.array(start_us + (duration * 1e6).astype(np.int64), type=pa.timestamp("us", tz="UTC")),
-        "duration_sec": pa.array(duration), "image_id": pa.array(["sha256:bench"] * n),
-        "trial_dir": pa.array([f"runs/{job_id}/{cell.file_id}/{t}" for t in trial_names]),
-    }
-    return pa.Table.from_pydict(cols, schema=TRIAL_SCHEMA)
+    trials = Trials(task=task, attempt=np.tile(np.arange(1, ATTEMPTS + 1, dtype=np.int32), n_tasks),
+                    reward=(rng.random(n) < p).astype(np.float64), errored=errored, input_tokens=in_tok,
+                    output_tokens=out_tok, cost_usd=in_tok * 3e-6 + out_tok * 15e-6,
+                    duration_sec=rng.gamma(4.0, 15.0, n))
+    return trial_table(cell, WORKSPACE, job_id, BV, trials, datetime(2026, 1, 1, tzinfo=UTC), "AgentTimeoutError")
 
 
 def generate(wh: Warehouse, rows: int) -> tuple[int, int]:
@@ -145,18 +121,6 @@ def generate(wh: Warehouse, rows: int) -> tuple[int, int]:
         wh.write_parquet(table, wh.trials_file(cell.file_id, f"job-{i:03d}"))
         total += table.num_rows
     return total, n_tasks
-
-
-def run_child(script: str, args: list[str]) -> dict:
-    """One fresh interpreter; its JSON line plus its whole wall time (start-up and imports included)."""
-    t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", script, *args], cwd=PROJECT_ROOT, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if done.returncode != 0:
-        raise SystemExit(f"child failed:\n{done.stderr}")
-    out = json.loads(done.stdout.strip().splitlines()[-1])
-    out["wall"] = wall
-    return out
 
 
 # --- the independent check ------------------------------------------------------------------------------------

@@ -19,23 +19,19 @@ Job's files). Three children; the median is the figure. The goal is under 1 s.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from synthetic import Trials, run_child, trial_table
 
 from amber_pipeline.cells import NO_MODEL, Cell
-from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
+from amber_pipeline.paths import AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
-from amber_pipeline.warehouse.schemas import SCHEMA_VERSION, TRIAL_SCHEMA
 
 WORKSPACE = "team"
 JOB = "job-0001"
@@ -85,7 +81,6 @@ def cell_table(cell: Cell, n_tasks: int, trials: int, difficulty: np.ndarray, pa
                rng: np.random.Generator) -> pa.Table:
     n = n_tasks * trials
     task = np.repeat(np.arange(n_tasks), trials)
-    attempt = np.tile(np.arange(1, trials + 1, dtype=np.int32), n_tasks)
     duration = rng.gamma(3.0, 40.0, n)
     if cell.agent == "terminus-2":
         skill, usd_in, usd_out = MODELS[cell.model_configuration]
@@ -101,31 +96,11 @@ def cell_table(cell: Cell, n_tasks: int, trials: int, difficulty: np.ndarray, pa
         in_tok = out_tok = np.zeros(n, dtype=np.int64)
         duration = duration / 4
         cost = duration * SANDBOX_USD_PER_SEC
-    errored = rng.random(n) < 0.004
-    cost = np.where(errored, 0.0, cost)  # an Errored Trial is not charged
-    start_us = np.int64(datetime(2026, 12, 2, tzinfo=UTC).timestamp() * 1e6) + np.arange(n, dtype=np.int64) * 1_000_000
-    names = [f"task-{t:04d}" for t in range(n_tasks)]
-    trial_names = [f"task-{t:04d}__{a}" for t, a in zip(task.tolist(), attempt.tolist(), strict=True)]
-    cols = {
-        "schema_version": pa.array(np.full(n, SCHEMA_VERSION, dtype=np.int32)),
-        "workspace": pa.array([WORKSPACE] * n), "job_id": pa.array([JOB] * n),
-        "cell_key": pa.array([cell.key] * n), "benchmark_version_id": pa.array([BV] * n),
-        "task_name": pa.array(names).take(pa.array(task)), "attempt": pa.array(attempt),
-        "trial_name": pa.array(trial_names),
-        "agent": pa.array([cell.agent] * n), "agent_version": pa.array([cell.agent_spec_id] * n),
-        "model_configuration": pa.array([cell.model_configuration] * n),
-        "outcome": pa.array(np.where(errored, "errored", "scored").tolist()),
-        "reward": pa.array(np.where(errored, np.nan, reward), mask=errored), "errored": pa.array(errored),
-        "retries": pa.array(np.where(errored, 2, 0).astype(np.int32)),
-        "error_type": pa.array(np.where(errored, "SandboxBuildFailedError", "").tolist(), mask=~errored),
-        "error_message": pa.array(np.where(errored, "sandbox failed", "").tolist(), mask=~errored),
-        "input_tokens": pa.array(in_tok), "output_tokens": pa.array(out_tok), "cost_usd": pa.array(cost),
-        "started_at": pa.array(start_us, type=pa.timestamp("us", tz="UTC")),
-        "finished_at": pa.array(start_us + (duration * 1e6).astype(np.int64), type=pa.timestamp("us", tz="UTC")),
-        "duration_sec": pa.array(duration), "image_id": pa.array(["sha256:job"] * n),
-        "trial_dir": pa.array([f"runs/{JOB}/{cell.file_id}/{t}" for t in trial_names]),
-    }
-    return pa.Table.from_pydict(cols, schema=TRIAL_SCHEMA)
+    trials = Trials(task=task, attempt=np.tile(np.arange(1, trials + 1, dtype=np.int32), n_tasks), reward=reward,
+                    errored=rng.random(n) < 0.004, input_tokens=in_tok, output_tokens=out_tok, cost_usd=cost,
+                    duration_sec=duration)
+    return trial_table(cell, WORKSPACE, JOB, BV, trials, datetime(2026, 12, 2, tzinfo=UTC), "SandboxBuildFailedError",
+                       seconds_apart=1)
 
 
 def generate(wh: Warehouse, n_tasks: int, trials: int) -> int:
@@ -140,16 +115,8 @@ def generate(wh: Warehouse, n_tasks: int, trials: int) -> int:
     return rows
 
 
-def run_child(home: Path) -> dict:
-    t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", CHILD, str(home), JOB, *(c.key for c in job_cells())],
-                          cwd=PROJECT_ROOT, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if done.returncode != 0:
-        raise SystemExit(f"child failed:\n{done.stderr}")
-    out = json.loads(done.stdout.strip().splitlines()[-1])
-    out["wall"] = wall
-    return out
+def child(home: Path) -> dict:
+    return run_child(CHILD, [str(home), JOB, *(c.key for c in job_cells())])
 
 
 def main() -> None:
@@ -167,7 +134,7 @@ def main() -> None:
               f"in {len(job_cells())} Trial files under {home}")
         runs = []
         for i in range(REPEATS):
-            r = run_child(home)
+            r = child(home)
             runs.append(r)
             print(f"  run {i + 1}: {r['seconds']:.3f} s = write_cell x {len(job_cells())} {r['write_cells']:.3f} s "
                   f"+ Job scores and comparisons {r['job_scores']:.3f} s (imports before the clock "

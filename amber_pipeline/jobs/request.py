@@ -49,8 +49,8 @@ class JobRequest(BaseModel):
             model_configuration(name)
 
     def cells(self, version: BenchmarkVersion) -> list[Cell]:
-        """The Job's cells: the Agent with each Model Configuration, then oracle and nop when asked as bounds."""
-        self.check()
+        """The cells of a checked request: the Agent with each Model Configuration, then oracle and nop when
+        asked for as bounds."""
         spec = agent_spec(self.agent)
         models = list(dict.fromkeys(self.model_configurations)) if spec.needs_model else [NO_MODEL]
         cells = [Cell(version.id, self.agent, spec.spec_id, m) for m in models]

@@ -1,4 +1,4 @@
-"""The warehouse: a DuckDB catalog plus Parquet files, and the SQL views over them.
+"""The warehouse: a DuckDB catalog plus Parquet files, with the SQL views (`views.py`) over them.
 
 DuckDB lets one process hold a database file read-write and then refuses every
 other process, even read-only ones. So the catalog is never held longer than
@@ -25,7 +25,6 @@ import pyarrow.parquet as pq
 from amber_pipeline.paths import AmberPaths
 from amber_pipeline.warehouse import sql, views
 from amber_pipeline.warehouse.files import locked, replacing
-from amber_pipeline.warehouse.schemas import TrialRecord
 
 CATALOG_DDL = """
 create table if not exists workspaces (
@@ -144,12 +143,6 @@ class Warehouse:
         with replacing(path) as tmp:
             pq.write_table(table, tmp)
 
-    @staticmethod
-    def copy_parquet(con: duckdb.DuckDBPyConnection, query: str, path: Path) -> None:
-        """Write a query's result the same way, with DuckDB's own Parquet writer (no Arrow round trip)."""
-        with replacing(path) as tmp:
-            con.execute(f"copy ({query}) to {sql.string(tmp)} (format parquet)")
-
     # ---- SQL -----------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -168,15 +161,6 @@ class Warehouse:
             finally:
                 con.close()
 
-    def trial_records(self, *, job_id: str | None = None, cell_key: str | None = None,
-                      workspace: str | None = None) -> list[TrialRecord]:
-        """The stored Trials of a Job, of a cell, or of both (of one Workspace, or of all)."""
-        with self.query(workspace) as con:
-            table = con.execute(
-                "select * from trials where (?::varchar is null or job_id = ?) "
-                "and (?::varchar is null or cell_key = ?) order by task_name, attempt, job_id",
-                [job_id, job_id, cell_key, cell_key]).fetch_arrow_table()
-        return [TrialRecord.model_validate(row) for row in table.to_pylist()]
 
 def _file_id(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
