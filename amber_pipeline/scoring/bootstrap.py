@@ -141,22 +141,52 @@ def degenerate(values: np.ndarray) -> Interval | None:
     return None
 
 
-def mean_intervals(vectors: list[np.ndarray], resampling: Resampling = DEFAULT_RESAMPLING,
-                   counts: Counts | None = None) -> list[Interval]:
-    """The percentile interval of the mean of each vector; vectors of one length are one matrix product.
+class ResampleSums:
+    """The exact resample sums of a list of vectors: one matrix product per length, none for a constant vector
+    (every row of counts adds up to n, so its sums are its value times n), and their percentile intervals.
 
     ``counts`` replaces the seeded resample matrix (the tests pass an enumeration of every resample).
     """
-    draw = counts or seeded_counts(resampling)
-    values = [np.asarray(v, dtype=np.float64) for v in vectors]
-    out = [degenerate(v) for v in values]
-    by_n: dict[int, list[int]] = {}
-    for i, v in enumerate(values):
-        if out[i] is None:
-            by_n.setdefault(v.size, []).append(i)
-    for n, members in sorted(by_n.items()):
-        grid_rows, bits = on_grid(np.stack([values[i] for i in members]))
-        intervals = percentile_intervals(resample_sums(grid_rows, draw(n)), bits, n, resampling.confidence)
-        for i, ci in zip(members, intervals, strict=True):
-            out[i] = ci
-    return [NO_INTERVAL if ci is None else ci for ci in out]
+
+    def __init__(self, vectors: list[np.ndarray], resampling: Resampling = DEFAULT_RESAMPLING,
+                 counts: Counts | None = None):
+        self.vectors = [np.asarray(v, dtype=np.float64) for v in vectors]
+        if not all(np.all(np.isfinite(v)) for v in self.vectors):
+            raise ValueError("values must be finite")
+        self.resampling = resampling
+        self.sums: list[np.ndarray | None] = [None] * len(vectors)  # None: an empty vector
+        self.bits = np.zeros(len(vectors), dtype=np.int64)
+        draw = counts or seeded_counts(resampling)
+        by_n: dict[int, list[int]] = {}
+        for i, v in enumerate(self.vectors):
+            if v.size:
+                by_n.setdefault(v.size, []).append(i)
+        for n, members in by_n.items():
+            grid_rows, bits = on_grid(np.stack([self.vectors[i] for i in members]))
+            varies = [j for j, row in enumerate(grid_rows) if np.any(row != row[0])]
+            found = resample_sums(grid_rows[varies], draw(n)) if varies else None
+            sums = np.outer(grid_rows[:, 0] * n, np.ones(resampling.n_resamples if found is None else found.shape[1]))
+            if found is not None:
+                sums[varies] = found
+            for i, row, b in zip(members, sums, bits, strict=True):
+                self.sums[i], self.bits[i] = row, b
+
+    def intervals(self) -> list[Interval]:
+        """Every vector's percentile interval: one quantile call per length."""
+        out = [degenerate(v) for v in self.vectors]
+        by_n: dict[int, list[int]] = {}
+        for i, v in enumerate(self.vectors):
+            if out[i] is None:
+                by_n.setdefault(v.size, []).append(i)
+        for n, members in by_n.items():
+            sums = np.stack([self.sums[i] for i in members])  # type: ignore[misc]
+            found = percentile_intervals(sums, self.bits[members], n, self.resampling.confidence)
+            for i, ci in zip(members, found, strict=True):
+                out[i] = ci
+        return [NO_INTERVAL if ci is None else ci for ci in out]
+
+
+def mean_intervals(vectors: list[np.ndarray], resampling: Resampling = DEFAULT_RESAMPLING,
+                   counts: Counts | None = None) -> list[Interval]:
+    """The percentile interval of the mean of each vector; vectors of one length are one matrix product."""
+    return ResampleSums(vectors, resampling, counts).intervals()

@@ -38,8 +38,13 @@ better side is the one whose mean over the shared Tasks is higher; with equal
 means, or no shared Task, the earlier cell is named first.
 
 Sums are exact: DuckDB adds Rewards, costs and durations as DECIMAL(38, 18)
-and the bootstrap adds on an exact grid, so no number depends on the order
-Trials are read in or on which other cells are scored alongside.
+(each value rounded to 18 decimals first), means over Tasks are correctly
+rounded sums over n (``math.fsum``), and the bootstrap adds on an exact grid.
+So no number depends on the order Trials are read in or on which other cells
+are scored alongside, two cells with equal sums have exactly equal means, and
+a mean of equal values is that value. (DuckDB's DECIMAL-to-DOUBLE conversion is
+deterministic but not always correctly rounded: a per-Task mean can differ in
+its last bit from a sum of the doubles done in Python.)
 """
 
 from __future__ import annotations
@@ -199,48 +204,18 @@ def _cell_scores(cells: list[tuple], rewards: pa.Table, names: np.ndarray, means
     return sorted(out, key=_order), resampled
 
 
-class _Resampled:
-    """The exact resample sums of a list of vectors: one matrix product per length (``bootstrap.py``)."""
+class _Resampled(bootstrap.ResampleSums):
+    """The cells' resample sums, found again by cell for their comparisons."""
 
     def __init__(self, vectors: list[np.ndarray], resampling: Resampling):
-        self.vectors, self.resampling = vectors, resampling
-        self.index: dict[tuple[str, str], int] = {}  # (scope, cell) -> position
-        self.sums: list[np.ndarray | None] = [None] * len(vectors)
-        self.bits = np.zeros(len(vectors), dtype=np.int64)
-        draw = bootstrap.seeded_counts(resampling)
-        by_n: dict[int, list[int]] = {}
-        for i, v in enumerate(vectors):
-            if v.size:
-                by_n.setdefault(v.size, []).append(i)
-        for n, members in by_n.items():
-            on_grid, bits = bootstrap.on_grid(np.stack([vectors[i] for i in members]))
-            varies = [j for j, row in enumerate(on_grid) if np.any(row != row[0])]
-            # A constant row's resample sums need no draw: every resample row of counts adds up to n.
-            sums = np.outer(on_grid[:, 0] * n, np.ones(resampling.n_resamples))
-            if varies:
-                sums[varies] = bootstrap.resample_sums(on_grid[varies], draw(n))
-            for i, row, b in zip(members, sums, bits, strict=True):
-                self.sums[i], self.bits[i] = row, b
+        super().__init__(vectors, resampling)
+        self.index: dict[tuple[str, str], int] = {}  # (scope, cell) -> position, set once the cells are scored
 
     def sums_of(self, cell: CellScore) -> tuple[np.ndarray, int] | None:
         """A scored cell's resample sums and grid bits, when this resampling holds them."""
         i = self.index.get((cell.scope, cell.cell))
         sums = None if i is None else self.sums[i]
         return None if i is None or sums is None else (sums, int(self.bits[i]))
-
-    def intervals(self) -> list[Interval]:
-        """Every vector's percentile interval: one quantile call per length."""
-        out = [bootstrap.degenerate(v) for v in self.vectors]
-        by_n: dict[int, list[int]] = {}
-        for i, v in enumerate(self.vectors):
-            if out[i] is None:
-                by_n.setdefault(v.size, []).append(i)
-        for n, members in by_n.items():
-            sums = np.stack([self.sums[i] for i in members])  # type: ignore[misc]
-            found = bootstrap.percentile_intervals(sums, self.bits[members], n, self.resampling.confidence)
-            for i, ci in zip(members, found, strict=True):
-                out[i] = ci
-        return [bootstrap.NO_INTERVAL if ci is None else ci for ci in out]
 
 
 def mean_of(values: np.ndarray) -> float:
