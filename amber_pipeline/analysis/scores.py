@@ -19,6 +19,7 @@ import pyarrow as pa
 from amber_pipeline.analysis.evidence import TrialEvidence
 from amber_pipeline.scoring import engine
 from amber_pipeline.scoring.bootstrap import DEFAULT_RESAMPLING, Resampling
+from amber_pipeline.warehouse.schemas import SCORING_ROW_SCHEMA
 
 
 def wall_time_sec(e: TrialEvidence) -> float | None:
@@ -33,10 +34,10 @@ def cell_of(e: TrialEvidence) -> str:
 
 
 def score_rows(rows: Iterable[tuple], resampling: Resampling = DEFAULT_RESAMPLING) -> engine.Scores:
-    """Score rows given as tuples in :data:`engine.ROW_SCHEMA` order."""
-    columns = list(zip(*rows, strict=True)) or [()] * len(engine.ROW_SCHEMA)
-    table = pa.table([pa.array(list(c), type=f.type) for c, f in zip(columns, engine.ROW_SCHEMA, strict=True)],
-                     schema=engine.ROW_SCHEMA)
+    """Score rows given as tuples in :data:`SCORING_ROW_SCHEMA` order."""
+    columns = list(zip(*rows, strict=True)) or [()] * len(SCORING_ROW_SCHEMA)
+    table = pa.table([pa.array(list(c), type=f.type) for c, f in zip(columns, SCORING_ROW_SCHEMA, strict=True)],
+                     schema=SCORING_ROW_SCHEMA)
     with contextlib.closing(duckdb.connect()) as con:
         con.register("evidence_rows", table)
         return engine.score(con, "select * from evidence_rows", resampling)

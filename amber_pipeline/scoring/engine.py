@@ -4,8 +4,9 @@ Every number Amber shows about a cell comes from :func:`score`: the cell run's
 Rewards and aggregates, the re-aggregation schedule, `amber report`, `amber
 results`, the Dagster assets and the SQL views (which read what this writes).
 Its input is a DuckDB relation of Trial rows with the columns of
-:data:`ROW_SCHEMA`, one row per Trial that is a result (a Trial cancelled
-with its Job is not a row), from the warehouse or from report evidence alike.
+``SCORING_ROW_SCHEMA`` (``warehouse/schemas.py``), one row per Trial that is a
+result (a Trial cancelled with its Job is not a row), from the warehouse or
+from report evidence alike.
 
 The numbers (spec section 1, "How results are compared" in the concepts):
 
@@ -60,24 +61,6 @@ import pyarrow as pa
 from amber_pipeline.scoring import bootstrap
 from amber_pipeline.scoring.bootstrap import DEFAULT_RESAMPLING, Interval, Resampling
 
-
-def _column(name: str, kind: pa.DataType, doc: str) -> pa.Field:
-    return pa.field(name, kind, metadata={"doc": doc})
-
-
-ROW_SCHEMA = pa.schema([
-    _column("scope", pa.string(), "who the numbers are for: a Workspace, or a report's source"),
-    _column("cell", pa.string(), "the cell's key; unique within its scope"),
-    _column("benchmark", pa.string(), "the Benchmark Version (a comparison never crosses it)"),
-    _column("agent", pa.string(), "the Agent's name"),
-    _column("agent_version", pa.string(), "the Agent Version (only cells of one Agent Version pair)"),
-    _column("model", pa.string(), "the Model Configuration; null for an Agent that calls no model"),
-    _column("task", pa.string(), "the Task's name"),
-    _column("reward", pa.float64(), "the Reward; null when the Trial has none (Errored, or no Verifier result)"),
-    _column("errored", pa.bool_(), "the Trial is Errored"),
-    _column("cost_usd", pa.float64(), "what the Trial cost; null counts as 0"),
-    _column("duration_sec", pa.float64(), "how long the Trial took; null when unknown"),
-])
 _EXACT = "decimal(38, 18)"
 
 
@@ -136,7 +119,8 @@ class Scores:
 
 
 def score(con: duckdb.DuckDBPyConnection, rows: str, resampling: Resampling = DEFAULT_RESAMPLING) -> Scores:
-    """Score every cell of ``rows`` (a relation or query with :data:`ROW_SCHEMA`) and compare the cells that pair.
+    """Score every cell of ``rows`` (a relation or query with the columns of ``SCORING_ROW_SCHEMA``) and compare
+    the cells that pair.
 
     Binds no parameter, so ``rows`` carries its values as literals (``warehouse.sql``): binding one, or
     converting Python values to Arrow, makes DuckDB and pyarrow import pandas, a third of a second.

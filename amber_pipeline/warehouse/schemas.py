@@ -155,5 +155,26 @@ EVIDENCE_SCHEMA = pa.schema([
 ])
 
 
+# The scoring engine's input: one row per Trial that is a result, whoever provides it (the stored Trials through
+# scoring.store.trial_rows, or a report's evidence through analysis.scores). Not stored.
+def _column(name: str, kind: pa.DataType, doc: str) -> pa.Field:
+    return pa.field(name, kind, metadata={"doc": doc})
+
+
+SCORING_ROW_SCHEMA = pa.schema([
+    _column("scope", pa.string(), "who the numbers are for: a Workspace, or a report's source"),
+    _column("cell", pa.string(), "the cell's key; unique within its scope"),
+    _column("benchmark", pa.string(), "the Benchmark Version (a comparison never crosses it)"),
+    _column("agent", pa.string(), "the Agent's name"),
+    _column("agent_version", pa.string(), "the Agent Version (only cells of one Agent Version pair)"),
+    _column("model", pa.string(), "the Model Configuration; null for an Agent that calls no model"),
+    _column("task", pa.string(), "the Task's name"),
+    _column("reward", pa.float64(), "the Reward; null when the Trial has none (Errored, or no Verifier result)"),
+    _column("errored", pa.bool_(), "the Trial is Errored"),
+    _column("cost_usd", pa.float64(), "what the Trial cost; null counts as 0"),
+    _column("duration_sec", pa.float64(), "how long the Trial took; null when unknown"),
+])
+
+
 def trials_table(records: list[TrialRecord]) -> pa.Table:
     return pa.Table.from_pylist([r.model_dump() for r in records], schema=TRIAL_SCHEMA)

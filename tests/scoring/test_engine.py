@@ -25,8 +25,9 @@ from scipy import stats as sps
 from amber_pipeline.analysis.scores import score_rows
 from amber_pipeline.scoring import engine
 from amber_pipeline.scoring.bootstrap import DEFAULT_RESAMPLING, Interval, mean_intervals
+from amber_pipeline.warehouse.schemas import SCORING_ROW_SCHEMA
 
-ROW_SCHEMA = engine.ROW_SCHEMA
+ROW_SCHEMA = SCORING_ROW_SCHEMA
 
 B = DEFAULT_RESAMPLING.n_resamples
 B_REF = 100_000
@@ -38,7 +39,7 @@ FLOAT_NOISE = 1e-9
 def row(task: str, reward: float | None, *, model: str | None = "m", agent: str = "terminus",
         version: str | None = None, scope: str = "ws", benchmark: str = "bench", cell: str | None = None,
         errored: bool | None = None, cost: float | None = 0.01, duration: float | None = 10.0) -> tuple:
-    """One Trial as an engine row (engine.ROW_SCHEMA order). A NULL Reward is Errored unless told otherwise."""
+    """One Trial as an engine row (SCORING_ROW_SCHEMA order). A NULL Reward is Errored unless told otherwise."""
     version = version or f"{agent}@1"
     return (scope, cell or f"{benchmark}|{version}|{model}", benchmark, agent, version, model, task, reward,
             reward is None if errored is None else errored, cost, duration)
