@@ -28,20 +28,16 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from synthetic import Trials, run_child, trial_table
+from synthetic import Trials, run_child, scratch_home, trial_table
 
 from amber_pipeline.cells import Cell, cell_file_id
 from amber_pipeline.paths import AmberPaths
@@ -215,9 +211,7 @@ def main() -> None:
     args = parser.parse_args()
     resampling = Resampling(n_resamples=args.resamples)
 
-    home = Path(tempfile.mkdtemp(prefix="amber-aggbench-"))
-    os.environ["AMBER_HOME"] = str(home)
-    try:
+    with scratch_home("amber-aggbench-", args.keep) as home:
         wh = Warehouse(AmberPaths(home))
         t0 = time.perf_counter()
         rows, n_tasks = generate(wh, args.rows)
@@ -262,11 +256,6 @@ def main() -> None:
         print("targets: " + ", ".join(f"{name}: {'met' if ok else 'MISSED'}" for name, ok in targets))
         if bad:
             raise SystemExit(1)
-    finally:
-        if args.keep:
-            print(f"kept {home}")
-        else:
-            shutil.rmtree(home, ignore_errors=True)
 
 
 if __name__ == "__main__":

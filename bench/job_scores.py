@@ -19,15 +19,13 @@ Job's files). Three children; the median is the figure. The goal is under 1 s.
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from synthetic import Trials, run_child, trial_table
+from synthetic import Trials, run_child, scratch_home, trial_table
 
 from amber_pipeline.cells import NO_MODEL, Cell
 from amber_pipeline.paths import AmberPaths
@@ -126,8 +124,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the temporary AMBER_HOME")
     args = parser.parse_args()
 
-    home = Path(tempfile.mkdtemp(prefix="amber-jobbench-"))
-    try:
+    with scratch_home("amber-jobbench-", args.keep) as home:
         wh = Warehouse(AmberPaths(home))
         rows = generate(wh, args.tasks, args.trials)
         print(f"a finished Job: {rows:,} Trials ({len(job_cells())} cells x {args.tasks:,} Tasks x {args.trials}) "
@@ -150,11 +147,6 @@ def main() -> None:
         print(f"median whole child process, start to exit: {statistics.median(r['wall'] for r in runs):.2f} s")
         print(f"FIGURE job_scores_seconds {median:.3f} s")
         print(f"goal under 1 s: {'met' if median < 1.0 else 'MISSED'}")
-    finally:
-        if args.keep:
-            print(f"kept {home}")
-        else:
-            shutil.rmtree(home, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -73,3 +79,17 @@ def run_child(script: str, args: list[str]) -> dict:
     out = json.loads(done.stdout.strip().splitlines()[-1])
     out["wall"] = wall
     return out
+
+
+@contextlib.contextmanager
+def scratch_home(prefix: str, keep: bool) -> Iterator[Path]:
+    """A temporary AMBER_HOME for one bench run, removed afterwards unless ``keep``."""
+    home = Path(tempfile.mkdtemp(prefix=prefix))
+    os.environ["AMBER_HOME"] = str(home)
+    try:
+        yield home
+    finally:
+        if keep:
+            print(f"kept {home}")
+        else:
+            shutil.rmtree(home, ignore_errors=True)

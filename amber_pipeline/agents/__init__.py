@@ -1,0 +1,1 @@
+"""The Agents Amber runs and their Agent Versions."""

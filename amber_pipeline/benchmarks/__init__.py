@@ -1,0 +1,1 @@
+"""Tasks, Benchmark Versions (immutable content-addressed snapshots) and their labels in the catalog."""

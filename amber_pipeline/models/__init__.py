@@ -1,0 +1,1 @@
+"""Model Configurations and where they answer (the provider double for replays)."""

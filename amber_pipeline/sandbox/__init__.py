@@ -1,0 +1,1 @@
+"""The Docker engine and Amber's sandbox environment for Harbor's Trials."""
