@@ -109,12 +109,21 @@ def results(ctx: typer.Context, job_id: options.JobId, as_json: options.Json = F
     """The cells of a Job's report: each cell's score with its 95% bootstrap CI, and the paired comparisons."""
     acting = Context.of(ctx).acting()
     job = records.get_job(acting.wh, job_id, acting.workspace)
-    found = report.build_report(sources.load(acting.wh, acting.workspace, job.id))
+    found = _job_report(acting, job.id)
     if as_json:
         out.json({"job": job.id, "benchmark": job.benchmark_label, "cells": found["cells"],
                   "comparisons": found["comparisons"]})
         return
     out.line(f"{job.id} on {job.benchmark_label}")
+    _print_cells(found)
+
+
+def _job_report(acting: Acting, job_id: str) -> dict:
+    """The report of a Job: the one path `results`, `job wait` and `amber report` take."""
+    return report.build_report(sources.load(acting.wh, acting.workspace, job_id))
+
+
+def _print_cells(found: dict) -> None:
     for line in report.render_cells(found):
         out.line(line)
 
@@ -145,12 +154,11 @@ def follow(acting: Acting, job_id: str) -> None:
     if job.status != "completed":
         out.line(f"{job_id} ended {job.status}" + (f": {job.message}" if job.message else "."))
     try:
-        found = report.build_report(sources.load(wh, acting.workspace, job_id))
+        found = _job_report(acting, job_id)
     except sources.NoTrials:
         out.line(f"{job_id} has no results: no Trial of it ran.")
         return
-    for line in report.render_cells(found):
-        out.line(line)
+    _print_cells(found)
 
 
 def _warn_without_daemon(wh: Warehouse) -> None:
