@@ -1,7 +1,9 @@
 """Cells: one (Benchmark Version, Agent Version, Model Configuration) triple.
 
 A cell is the unit Amber schedules, stores and reports. Its key is short,
-stable and derived from the three ids, using only `[A-Za-z0-9=|@._-]` so that
+stable and derived from the three ids (the Model Configuration's as
+``name@id``, so a changed configuration is a new cell even if someone reused
+its name), using only `[A-Za-z0-9=|@._-]` so that
 Dagster partition keys and its UI never trip on it; files are named by a hash
 of the key, never the raw key.
 """
@@ -19,7 +21,7 @@ class Cell:
     benchmark_version_id: str
     agent: str
     agent_spec_id: str
-    model_configuration: str  # NO_MODEL for agents that call no model
+    model_configuration: str  # the Model Configuration's name@id; NO_MODEL for agents that call no model
 
     @property
     def key(self) -> str:
@@ -34,7 +36,17 @@ class Cell:
     def label(self) -> str:
         if self.model_configuration == NO_MODEL:
             return self.agent
-        return f"{self.agent} / {self.model_configuration}"
+        return f"{self.agent} / {self.model_name}"
+
+    @property
+    def model_name(self) -> str:
+        return model_name(self.model_configuration)
+
+
+def model_name(ref: str) -> str:
+    """A Model Configuration's name from its ``name@id``, as Trials and reports show it (a name never changes
+    its content: the catalog adds a new name for new prices, and a Workspace cannot reuse one)."""
+    return ref.split("@", 1)[0]
 
 
 def cell_file_id(key: str) -> str:

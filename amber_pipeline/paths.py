@@ -12,7 +12,9 @@ can delete one folder to start over:
       warehouse/comparisons/       Parquet paired comparisons, one file
       warehouse/imports/           Parquet evidence of imported Harbor job folders
       warehouse/evidence/          Parquet evidence of Amber's own Trials, derived when read
+      warehouse/transcripts/       Parquet model-call transcripts by date (90-day retention)
       benchmarks/<hash>/           immutable copies of Benchmark Versions
+      models/<workspace>/          a Workspace's own Model Configurations (TOML)
       runs/<job>/<cell>/           Harbor trial folders (readable by `harbor view`)
       dagster/                     DAGSTER_HOME of the embedded instance
 """
@@ -69,12 +71,22 @@ class AmberPaths:
         return self.warehouse / "evidence"
 
     @property
+    def transcripts(self) -> Path:
+        """Model-call transcripts: ``date=YYYY-MM-DD/<cell file id>_<job>.parquet``, deleted after 90 days."""
+        return self.warehouse / "transcripts"
+
+    @property
     def benchmarks(self) -> Path:
         return self.home / "benchmarks"
 
     @property
     def runs(self) -> Path:
         return self.home / "runs"
+
+    @property
+    def models(self) -> Path:
+        """Each Workspace's own Model Configurations: ``models/<workspace>/<name>.toml``."""
+        return self.home / "models"
 
     @property
     def dagster_home(self) -> Path:

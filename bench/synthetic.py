@@ -65,6 +65,9 @@ def trial_table(cell: Cell, workspace: str, job_id: str, benchmark_version_id: s
                                 type=pa.timestamp("us", tz="UTC")),
         "duration_sec": pa.array(trials.duration_sec), "image_id": pa.array(["sha256:bench"] * n),
         "trial_dir": pa.array([f"runs/{job_id}/{cell.file_id}/{t}" for t in trial_names]),
+        "cached_input_tokens": pa.array(np.zeros(n, dtype=np.int64)), "model_calls": pa.array(np.ones(n, np.int32)),
+        "agent_input_tokens": pa.array(trials.input_tokens), "agent_output_tokens": pa.array(trials.output_tokens),
+        "agent_cost_usd": pa.nulls(n, pa.float64()),
     }
     return pa.Table.from_pydict(cols, schema=TRIAL_SCHEMA)
 

@@ -56,7 +56,8 @@ def amber_trials(bv: benchmark.BenchmarkVersion, n: int, run_dir: Path) -> list[
     run = trial_runner.CellRun(job_id=f"bench-{uuid.uuid4().hex[:8]}", cell=cell, benchmark=bv,
                                trials_per_task=n, run_dir=run_dir, workspace="bench")
     marks = [time.perf_counter()]
-    records = trial_runner.run_cell(run, concurrency=1, on_trial_done=lambda r: marks.append(time.perf_counter()))
+    records = trial_runner.run_cell(run, concurrency=1,
+                                    on_trial_done=lambda r: marks.append(time.perf_counter())).records
     bad = [(r.trial_name, r.reward, r.error_type, r.error_message) for r in records if r.errored or r.reward != 0.0]
     if bad:
         raise SystemExit(f"nop Trials did not all score 0: {bad}")

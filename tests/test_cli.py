@@ -310,8 +310,8 @@ def test_results_show_each_cell_with_its_ci_and_each_comparison_with_its_verdict
         rows = [TrialRecord(workspace="default", job_id=job.id, cell_key=cell.cell_key,
                             benchmark_version_id=job.benchmark_version_id, task_name=t, attempt=1,
                             trial_name=f"{t}__1", agent="terminus-2", agent_version="v",
-                            model_configuration=cell.model_configuration, outcome="scored",
-                            reward=float(t in solved[cell.model_configuration]), errored=False, retries=0,
+                            model_configuration=cell.model_configuration.split('@')[0], outcome="scored",
+                            reward=float(t in solved[cell.model_configuration.split('@')[0]]), errored=False, retries=0,
                             error_type=None, error_message=None, input_tokens=10, output_tokens=5, cost_usd=0.25,
                             started_at=at, finished_at=at + timedelta(seconds=4), duration_sec=4.0, image_id=None,
                             trial_dir=str(wh.paths.runs / job.id / "none" / f"{t}__1")) for t in tasks]

@@ -48,7 +48,7 @@ def test_demo_benchmark_oracle_scores_1_and_nop_0(docker_ready, demo_version, tm
                 model_configuration=NO_MODEL)
     run = trial_runner.CellRun(job_id=f"test-demo-{agent}", cell=cell, benchmark=bv, trials_per_task=1,
                                run_dir=tmp_path / "run", workspace="test")
-    records = trial_runner.run_cell(run, concurrency=2)
+    records = trial_runner.run_cell(run, concurrency=2).records
 
     assert sorted(r.task_name for r in records) == sorted(t.name for t in bv.tasks)
     problems = [(r.task_name, r.reward, r.error_type, r.error_message) for r in records

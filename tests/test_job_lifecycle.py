@@ -251,7 +251,7 @@ def test_the_expiry_sentence_tells_the_time_in_utc(tmp_path: Path, wh: Warehouse
 # ---- 4. estimates ------------------------------------------------------------------------------------------
 
 @pytest.mark.docker
-def test_a_quote_uses_the_measured_mean_of_earlier_trials_of_the_cell(tmp_path: Path, wh: Warehouse) -> None:
+def test_a_quote_uses_each_task_s_measured_history(tmp_path: Path, wh: Warehouse) -> None:
     funded(wh)
     source = bench(tmp_path, "two", {"ini-port-change": "ini-port-change", "fix-off-by-one": "fix-off-by-one"})
     first = quote(wh, source)
@@ -265,10 +265,10 @@ def test_a_quote_uses_the_measured_mean_of_earlier_trials_of_the_cell(tmp_path: 
     second = quote(wh, source, 3)
     [again] = second.cells
     assert again.cell_key == cell.cell_key
-    assert again.basis == "measured mean of 2 earlier Trials of this cell"
-    mean = usd(sum(Decimal(str(r.cost_usd)) for r in records) / 2)
-    assert Decimal(again.cost_per_trial) == usd(mean * quotes.HEADROOM) == usd(mean * Decimal("1.25"))
-    assert Decimal(again.total) == Decimal(again.cost_per_trial) * 2 * 3 == second.amount
+    assert again.basis == "history of this cell: 2 Tasks measured"
+    # Each Task at its own measured sandbox time (oracle calls no model), with headroom, three Trials each.
+    per_task = [usd(PRICES.sandbox_cost(r.duration_sec) * quotes.HEADROOM) for r in records]
+    assert second.amount == Decimal(again.total) == 3 * sum(per_task)
     assert totals(wh, first.id)[0] == totals(wh, first.id)[1] + totals(wh, first.id)[2]
 
 

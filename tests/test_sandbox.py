@@ -306,17 +306,14 @@ def test_uploaded_files_are_owned_by_root_with_normalized_modes(box, tmp_path):
 
 
 def test_no_network_but_loopback(box):
+    """Shown by the sandbox's own tables, never by sending traffic off the machine: only a loopback interface,
+    and no route but loopback's."""
     dev = asyncio.run(box.exec("cat /proc/net/dev"))
     interfaces = [line.split(":")[0].strip() for line in dev.stdout.splitlines()[2:] if ":" in line]
     assert interfaces == ["lo"]
-    probe = ("import socket, time\nt = time.monotonic()\ns = socket.socket()\ns.settimeout(5)\n"
-             "try:\n    s.connect(('1.1.1.1', 80))\n    print('connected')\n"
-             "except OSError as e:\n    print('failed', type(e).__name__, round(time.monotonic() - t, 2))\n")
-    t0 = time.monotonic()
-    out = asyncio.run(box.exec(f"python3 -c {shlex.quote(probe)}", timeout_sec=20)).stdout
-    assert out.startswith("failed"), out
-    assert float(out.split()[-1]) < 1.0, f"the connect did not fail immediately: {out}"
-    assert time.monotonic() - t0 < 5
+    routes = asyncio.run(box.exec("cat /proc/net/route")).stdout.splitlines()[1:]
+    assert [r.split()[0] for r in routes if r.strip()] in ([], ["lo"]), routes
+    assert not any(r.split()[1] == "00000000" for r in routes if r.strip()), f"a default route: {routes}"
 
 
 # ---- 7. cpus and memory ------------------------------------------------------------

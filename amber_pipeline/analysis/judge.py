@@ -22,7 +22,7 @@ from amber_pipeline.analysis import statistics as analysis_stats
 from amber_pipeline.analysis.evidence import TrialEvidence
 from amber_pipeline.errors import AmberError
 from amber_pipeline.models.configurations import ModelConfiguration, model_configuration
-from amber_pipeline.models.endpoint import offline_litellm, serving
+from amber_pipeline.models.endpoint import Upstream, offline_litellm, serving
 
 STAGES = ("understand", "write", "verify", "other")
 TRAJECTORY_CHARS = 6_000
@@ -72,9 +72,9 @@ def judge(evidence: list[TrialEvidence], model: str, samples: int = 3,
     cases = [(e, i, t) for e, i, t in cases if i is not None]
     if not cases:
         raise AmberError("There is no failed Trial with its Task folder at hand to judge.")
-    with serving(mc, {e.task_name: i for e, i, _ in cases if i}) as base_url:
+    with serving(mc, {e.task_name: i for e, i, _ in cases if i}) as upstream:
         judgements = [Judgement(e.trial_name, e.task_name,
-                                tuple(_ask(mc, base_url, PROMPT.format(instruction=i, trajectory=t))
+                                tuple(_ask(mc, upstream, PROMPT.format(instruction=i, trajectory=t))
                                       for _ in range(samples)))
                       for e, i, t in cases]
     units = [list(j.samples) for j in judgements]
@@ -123,13 +123,15 @@ def _trajectory(e: TrialEvidence) -> str:
     return text[-TRAJECTORY_CHARS:]
 
 
-def _ask(mc: ModelConfiguration, base_url: str | None, prompt: str) -> str:
+def _ask(mc: ModelConfiguration, upstream: Upstream, prompt: str) -> str:
     offline_litellm()
     import litellm
 
     try:
-        reply = litellm.completion(model=f"openai/{mc.model}", api_base=base_url,
-                                   messages=[{"role": "user", "content": prompt}], **mc.settings)
+        settings = mc.settings.model_dump(exclude_none=True, exclude={"max_output_tokens", "reasoning_effort"})
+        reply = litellm.completion(model=f"{mc.provider_spec.litellm_prefix}/{mc.model}", api_base=upstream.url,
+                                   api_key=upstream.key or "none", messages=[{"role": "user", "content": prompt}],
+                                   **settings)
         stage = json.loads(reply.choices[0].message.content).get("stage")
     except (ValueError, AttributeError, litellm.exceptions.APIError) as e:
         raise AmberError(f"The judge {mc.name} did not answer ({type(e).__name__}): check the Model "

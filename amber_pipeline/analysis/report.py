@@ -43,7 +43,7 @@ REPORT_KEYS = (
     "sources", "routes", "headline_routes", "n_trials", "pass_rate", "strict_pass_rate", "attempt_pass_rate",
     "detectable_change_points", "attempts_per_task", "pass_at_k", "pass_hat_k", "unstable_tasks",
     "unscored_model_tasks", "unattempted_tasks", "outcomes", "failure_causes", "near_misses", "cells", "comparisons",
-    "totals",
+    "totals", "missing_tasks",
     "n_labels", "cohen_kappa", "krippendorff_alpha", "label_guidance", "label_disagreements", "labels_unmatched",
 )
 CELL_KEYS = ("source", "route", "agent", "model", "mean_reward", "ci95", "pass_rate", "strict_pass_rate",
@@ -186,12 +186,15 @@ def _labels(failed: list[tuple[TrialEvidence, str]], labels: Mapping[str, str]) 
 
 def build_report(evidence: list[TrialEvidence], *, all_tasks: list[str] | None = None,
                  task_time_limits: dict[str, float] | None = None,
-                 labels: dict[str, str] | None = None) -> dict[str, Any]:
+                 labels: dict[str, str] | None = None,
+                 missing_tasks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The round as a JSON-ready dict (keys in :data:`REPORT_KEYS`; no NaN anywhere, ``None`` instead).
 
     ``all_tasks``: every Task of the Benchmark Version, for the strict pass rate (default: the Tasks
     seen in the evidence). ``task_time_limits``: agent time limits by Task, else each attempt's own.
-    ``labels``: trial name -> cause, to check the causes (spec 3). Raises :class:`AmberError` when
+    ``labels``: trial name -> cause, to check the causes (spec 3). ``missing_tasks``: for an Amber Job
+    that stopped early, its cells' Tasks still without a scored Trial and the estimate to finish them
+    (`quotes.MissingCell.as_json`), kept as ``missing_tasks``. Raises :class:`AmberError` when
     there is no evidence, when the evidence names a Task outside ``all_tasks``, or on an unknown cause.
     """
     if not evidence:
@@ -257,6 +260,8 @@ def build_report(evidence: list[TrialEvidence], *, all_tasks: list[str] | None =
     }
     if labels is not None:
         report.update(_labels(failed, labels))
+    if missing_tasks is not None:
+        report["missing_tasks"] = missing_tasks
     return report
 
 
@@ -339,4 +344,21 @@ def render_cells(report: Mapping[str, Any]) -> list[str]:
         verdict = "too close to call" if c["too_close_to_call"] else f"{c['better']} is better"
         lines.append(f"  {c['better']} vs {c['worse']}: mean Reward difference {_p(c['mean_difference'], 3)}, "
                      f"95% CI [{_p(low, 3)}, {_p(high, 3)}] over {c['n_shared_tasks']} shared Tasks: {verdict}")
+    return lines + render_missing(report)
+
+
+def render_missing(report: Mapping[str, Any]) -> list[str]:
+    """The Tasks a Job that stopped early left without a scored Trial, per cell, with the estimate to finish
+    them (none when the report has no ``missing_tasks``, or they are empty)."""
+    missing = report.get("missing_tasks") or []
+    if not missing:
+        return []
+    total = math.fsum(m["cost_usd"] for m in missing)
+    lines = ["", f"Missing Tasks (the Job stopped before scoring them; finishing them is estimated at "
+                 f"{total:.6f} USD)"]
+    for m in missing:
+        tasks = m["tasks"]
+        lines.append(f"  {m['route']}: {len(tasks)} Task{'' if len(tasks) == 1 else 's'}, "
+                     f"{sum(t['trials'] for t in tasks)} Trials, {m['cost_usd']:.6f} USD to finish: "
+                     + _names([t["task"] for t in tasks]))
     return lines

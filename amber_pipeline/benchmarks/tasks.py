@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from amber_pipeline.benchmarks.static import StaticChecks, static_checks
 from amber_pipeline.errors import AmberError
 
 TASK_FILE = "task.toml"
@@ -21,6 +22,7 @@ class TaskSpec:
     folder: str  # relative to the Benchmark Version root
     instruction: str
     agent_timeout_sec: float | None
+    static: StaticChecks | None = None  # set for a static Task (no Environment, built-in Verifier)
 
 
 def find_task_dirs(path: Path) -> list[Path]:
@@ -63,4 +65,5 @@ def load_task(task_dir: Path, base: Path) -> TaskSpec:
         folder=task_dir.relative_to(base).as_posix() or ".",
         instruction=instruction_path.read_text(),
         agent_timeout_sec=config.agent.timeout_sec,
+        static=static_checks(task_dir, raw),
     )

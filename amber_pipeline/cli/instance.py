@@ -23,6 +23,7 @@ app = typer.Typer()
 daemon_app = typer.Typer(no_args_is_help=True, help="The embedded Dagster daemon that starts cell runs.")
 app.add_typer(daemon_app, name="daemon")
 DEMO_BENCHMARK = PROJECT_ROOT / "examples" / "demo-bench"
+STATIC_BENCHMARK = PROJECT_ROOT / "examples" / "static-bench"
 DEMO_MODELS = ["replay-strong", "replay-weak"]
 DEMO_CREDIT = Decimal(5)
 
@@ -54,7 +55,8 @@ def daemon_stop(ctx: typer.Context) -> None:
 @app.command("demo")
 def demo(ctx: typer.Context,
          trials: Annotated[int, typer.Option("--trials", help="Trials per Task, 1 to 10.")] = 1) -> None:
-    """Run the bundled demo: terminus-2 with two replay Model Configurations, oracle and nop as bounds."""
+    """Run the bundled demo: terminus-2 with two replay Model Configurations, oracle and nop as bounds; then the
+    Direct Agent on the static example Benchmark. Every model call goes through the model proxy, which meters it."""
     docker_engine.connect()
     acting = Context.of(ctx).acting()
     wh = acting.wh
@@ -73,6 +75,12 @@ def demo(ctx: typer.Context,
         out.line(f"Started {job.id}: terminus-2 with replay-strong and replay-weak (scripted replies, not real "
                  "models), oracle and nop as bounds.")
         follow(acting, job.id)
+        static = JobRequest(benchmark=str(STATIC_BENCHMARK), agent="direct", model_configurations=DEMO_MODELS,
+                            trials_per_task=trials, public=True)
+        made, static_job = lifecycle.submit(wh, acting.workspace, acting.actor.user, static)
+        print_quote(made)
+        out.line(f"Started {static_job.id}: the Direct Agent on 12 static Tasks, one model call each, no sandbox.")
+        follow(acting, static_job.id)
     finally:
         if started_here:
             embedded.stop_daemon(wh.paths)

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from amber_pipeline.agents.catalog import DEFAULT_AGENT
+from amber_pipeline.agents.catalog import DEFAULT_AGENT, agent_spec
 from amber_pipeline.analysis import report, sources
 from amber_pipeline.analysis.plan import detectable_change_sentence
 from amber_pipeline.cli import embedded, options
@@ -18,6 +18,7 @@ from amber_pipeline.cli.context import Acting, Context
 from amber_pipeline.cli.output import out
 from amber_pipeline.jobs import lifecycle, quotes, records
 from amber_pipeline.jobs.quotes import Quote
+from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.money.prices import show
 from amber_pipeline.sandbox import docker_engine
 from amber_pipeline.warehouse.catalog import Warehouse
@@ -30,13 +31,19 @@ app.add_typer(job_app, name="job")
 @job_app.command("quote")
 def job_quote(ctx: typer.Context, benchmark: options.Benchmark, agent: options.Agent = DEFAULT_AGENT,
               model: options.Model = None, trials: options.Trials = 1, bounds: options.Bounds = False,
-              public: options.Public = False) -> None:
+              public: options.Public = False, ceiling: options.Ceiling = None) -> None:
     """Quote a Job and reserve its amount from the Wallet; start it within the hour with `amber job start`."""
     acting = Context.of(ctx).acting()
     made = lifecycle.quote(acting.wh, acting.workspace, acting.actor.user,
-                           options.job_request(benchmark, agent, model, trials, bounds, public))
+                           options.job_request(benchmark, agent, model, trials, bounds, public, ceiling))
     print_quote(made)
     out.line(f"Start it within the hour with: amber job start {made.id}")
+
+
+def _require_docker(request: JobRequest | None) -> None:
+    """Sandboxes need a Docker engine; a Job of static Tasks (the Direct Agent) runs without one."""
+    if request is None or not agent_spec(request.agent).static or request.bounds:
+        docker_engine.connect()
 
 
 @job_app.command("start")
@@ -44,8 +51,8 @@ def job_start(ctx: typer.Context,
               quote_id: Annotated[str, typer.Argument(help="The Quote's id, or its Job's.")]) -> None:
     """Start a quoted Job; the embedded daemon starts its cell runs within seconds."""
     acting = Context.of(ctx).acting()
-    quotes.get(acting.wh, acting.workspace, quote_id)  # an unknown Quote is the first thing to say
-    docker_engine.connect()
+    made = quotes.get(acting.wh, acting.workspace, quote_id)  # an unknown Quote is the first thing to say
+    _require_docker(records.get_job(acting.wh, made.job_id, acting.workspace).request)
     job = lifecycle.start(acting.wh, acting.workspace, quote_id)
     out.line(f"Started {job.id} over {job.benchmark_label}.")
     _warn_without_daemon(acting.wh)
@@ -54,14 +61,14 @@ def job_start(ctx: typer.Context,
 @job_app.command("submit")
 def job_submit(ctx: typer.Context, benchmark: options.Benchmark, agent: options.Agent = DEFAULT_AGENT,
                model: options.Model = None, trials: options.Trials = 1, bounds: options.Bounds = False,
-               public: options.Public = False,
+               public: options.Public = False, ceiling: options.Ceiling = None,
                wait: Annotated[bool, typer.Option("--wait", help="Follow the Job with a progress bar, then print "
                                                                  "its results.")] = False) -> None:
     """Quote a Job and start it at once."""
     acting = Context.of(ctx).acting()
-    request = options.job_request(benchmark, agent, model, trials, bounds, public)
-    request.check()  # a request that cannot run is the first thing to say, before the engine's state
-    docker_engine.connect()
+    request = options.job_request(benchmark, agent, model, trials, bounds, public, ceiling)
+    request.check(acting.wh.paths, acting.workspace)  # a request that cannot run is the first thing to say
+    _require_docker(request)
     made, job = lifecycle.submit(acting.wh, acting.workspace, acting.actor.user, request)
     print_quote(made)
     out.line(f"Started {job.id}.")
@@ -106,21 +113,43 @@ def job_wait(ctx: typer.Context, job_id: options.JobId) -> None:
 
 @app.command("results")
 def results(ctx: typer.Context, job_id: options.JobId, as_json: options.Json = False) -> None:
-    """The cells of a Job's report: each cell's score with its 95% bootstrap CI, and the paired comparisons."""
+    """The cells of a Job's report: each cell's score with its 95% bootstrap CI, and the paired comparisons; for a
+    Job that stopped early (ceiling_reached or cancelled), also the Tasks it left without a scored Trial."""
     acting = Context.of(ctx).acting()
     job = records.get_job(acting.wh, job_id, acting.workspace)
-    found = _job_report(acting, job.id)
+    try:
+        found = _job_report(acting, job.id)
+    except sources.NoTrials:
+        missing = missing_tasks_of(acting, job.id)
+        if missing is None:
+            raise
+        found = {"cells": [], "comparisons": [], "missing_tasks": missing}  # no Trial ran: only what is missing
     if as_json:
         out.json({"job": job.id, "benchmark": job.benchmark_label, "cells": found["cells"],
-                  "comparisons": found["comparisons"]})
+                  "comparisons": found["comparisons"]}
+                 | ({"missing_tasks": found["missing_tasks"]} if "missing_tasks" in found else {}))
         return
     out.line(f"{job.id} on {job.benchmark_label}")
-    _print_cells(found)
+    if found["cells"]:
+        _print_cells(found)
+    else:
+        out.line("No Trial of it has a result.")
+        for line in report.render_missing(found):
+            out.line(line)
 
 
 def _job_report(acting: Acting, job_id: str) -> dict:
     """The report of a Job: the one path `results`, `job wait` and `amber report` take."""
-    return report.build_report(sources.load(acting.wh, acting.workspace, job_id))
+    return report.build_report(sources.load(acting.wh, acting.workspace, job_id),
+                               missing_tasks=missing_tasks_of(acting, job_id))
+
+
+def missing_tasks_of(acting: Acting, job_id: str) -> list[dict] | None:
+    """A Job that stopped early: its Tasks without a scored Trial per cell (`quotes.MissingCell`, as JSON), what
+    `build_report` shows as ``missing_tasks``; for any other Job None."""
+    if records.get_job(acting.wh, job_id, acting.workspace).status not in lifecycle.STOPPED_EARLY:
+        return None
+    return [m.as_json() for m in lifecycle.missing_tasks(acting.wh, acting.workspace, job_id)]
 
 
 def _print_cells(found: dict) -> None:
@@ -135,6 +164,9 @@ def print_quote(made: Quote) -> None:
               title=f"Quote {made.id} for {made.job_id} on {made.benchmark_label}")
     out.line(f"Reserved {show(made.amount)} from Workspace {made.workspace}'s Wallet as the Job's spending ceiling; "
              f"the Quote expires at {made.expires_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC.")
+    if made.amount > made.estimate:
+        out.line(f"That is your ceiling: the estimate is {show(made.estimate)}, and the extra "
+                 f"{show(made.amount - made.estimate)} is spread over the cells in proportion to their estimates.")
     out.line(detectable_change_sentence(max((c.n_tasks for c in made.cells), default=0)))
 
 
@@ -157,6 +189,8 @@ def follow(acting: Acting, job_id: str) -> None:
         found = _job_report(acting, job_id)
     except sources.NoTrials:
         out.line(f"{job_id} has no results: no Trial of it ran.")
+        for line in report.render_missing({"missing_tasks": missing_tasks_of(acting, job_id)}):
+            out.line(line)
         return
     _print_cells(found)
 

@@ -55,6 +55,22 @@ def workspace_use(ctx: typer.Context, name: WorkspaceName) -> None:
     out.line(f"You now act in Workspace {name} by default ({identity.config_path()}).")
 
 
+@workspace_app.command("provider-policy")
+def workspace_provider_policy(
+        ctx: typer.Context,
+        providers: Annotated[list[str] | None, typer.Argument(
+            help="The Providers (as `amber model list` names them: anthropic, openai, an OpenRouter upstream "
+                 "such as deepinfra, or an endpoint's host) its private Benchmarks may be sent to.")] = None,
+        any_provider: Annotated[bool, typer.Option("--any", help="Drop the policy: any Provider.")] = False) -> None:
+    """Show or set the Providers the acting Workspace's private Benchmarks may be sent to."""
+    acting = Context.of(ctx).acting()
+    if providers or any_provider:
+        workspaces.set_provider_policy(acting.wh, acting.actor, acting.workspace, None if any_provider else providers)
+    policy = workspaces.provider_policy(acting.wh, acting.workspace)
+    shown = "any Provider" if policy is None else ", ".join(sorted(policy))
+    out.line(f"Workspace {acting.workspace} sends its private Benchmarks to: {shown}.")
+
+
 @credit_app.command("add")
 def credit_add(ctx: typer.Context,
                amount: Annotated[str, typer.Option("--amount", help="US dollars, e.g. 100 or 12.50.")],

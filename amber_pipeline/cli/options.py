@@ -30,9 +30,10 @@ Model = Annotated[list[str] | None, typer.Option("--model", help=_help("model_co
 Trials = Annotated[int, typer.Option("--trials", help=_help("trials_per_task"))]
 Bounds = Annotated[bool, typer.Option("--bounds", help=_help("bounds"))]
 Public = Annotated[bool, typer.Option("--public", help=_help("public"))]
+Ceiling = Annotated[float | None, typer.Option("--ceiling", metavar="USD", help=_help("ceiling_usd"))]
 
 
 def job_request(benchmark: str, agent: str, model: list[str] | None, trials: int, bounds: bool,
-                public: bool) -> JobRequest:
+                public: bool, ceiling: float | None = None) -> JobRequest:
     return JobRequest(benchmark=benchmark, agent=agent, model_configurations=model or [], trials_per_task=trials,
-                      bounds=bounds, public=public)
+                      bounds=bounds, public=public, ceiling_usd=ceiling)

@@ -16,7 +16,8 @@ from amber_pipeline.analysis.report import build_report, render_text
 from amber_pipeline.analysis.trial_folders import HARBOR_PREFIX
 from amber_pipeline.benchmarks.tasks import find_task_dirs, load_task
 from amber_pipeline.cli import options
-from amber_pipeline.cli.context import Context
+from amber_pipeline.cli.context import Acting, Context
+from amber_pipeline.cli.jobs import missing_tasks_of
 from amber_pipeline.cli.output import out
 from amber_pipeline.errors import AmberError
 from amber_pipeline.warehouse.catalog import Warehouse
@@ -77,6 +78,17 @@ def _plotter() -> Callable[[dict[str, Any], Path], None]:
     return forest_plot
 
 
+def _missing_tasks(acting: Acting, source: str) -> list[dict] | None:
+    """The missing Tasks of a Job that stopped early; None for any other source (a folder, a Job whose Trials
+    are here but whose record is not)."""
+    if not source.startswith("job-") or Path(source).exists():
+        return None
+    try:
+        return missing_tasks_of(acting, source)
+    except AmberError:
+        return None
+
+
 @app.command("report")
 def report_cmd(
     ctx: typer.Context,
@@ -95,7 +107,9 @@ def report_cmd(
     given_labels = read_labels(labels) if labels is not None else None
     acting = Context.of(ctx).acting()
     evidence = sources.load(acting.wh, acting.workspace, source)
-    result = build_report(evidence, all_tasks=all_tasks, task_time_limits=limits, labels=given_labels)
+    missing = _missing_tasks(acting, source)
+    result = build_report(evidence, all_tasks=all_tasks, task_time_limits=limits, labels=given_labels,
+                          missing_tasks=missing)
     if as_json:
         text = json.dumps(result, indent=2, allow_nan=False)
         path = report_path(acting.wh, source, evidence)

@@ -1,20 +1,28 @@
 """One cell run: the Job's Trials of one cell, charged and stored.
 
-The run writes Trial rows (one Parquet file per cell and Job) and ledger
-entries, nothing else: the cell's Rewards and score are the scoring engine's
+The run writes Trial rows (one Parquet file per cell and Job), the model
+proxy's transcripts of their calls (one file per day, cell and Job) and
+ledger entries, nothing else: the cell's Rewards and score are the scoring engine's
 (`scoring.store.write_cell`), evidence and failure causes are derived when read.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable
+from datetime import date
 
+import pyarrow as pa
+
+from amber_pipeline.agents.catalog import agent_spec
 from amber_pipeline.jobs import lifecycle
-from amber_pipeline.jobs.outcomes import Kind
-from amber_pipeline.jobs.trial_runner import run_cell
+from amber_pipeline.jobs.cell_models import TranscriptCall
+from amber_pipeline.jobs.outcomes import Kind, ProviderSignal
+from amber_pipeline.jobs.static_run import run_static_cell
+from amber_pipeline.jobs.trial_runner import CellRun, run_cell
 from amber_pipeline.money.prices import PRICES, Prices
 from amber_pipeline.warehouse.catalog import Warehouse
-from amber_pipeline.warehouse.schemas import TrialRecord, trials_table
+from amber_pipeline.warehouse.schemas import TRANSCRIPT_SCHEMA, TrialRecord, trials_table
 
 
 def run_trials(wh: Warehouse, job_id: str, cell_key: str,
@@ -25,19 +33,46 @@ def run_trials(wh: Warehouse, job_id: str, cell_key: str,
     if not lifecycle.start_cell(wh, job_id, cell_key):  # cancelled or at its ceiling before this run began
         return []
 
-    def finished(record: TrialRecord) -> None:
-        if record.outcome == Kind.SCORED:  # Errored and cancelled Trials are not charged
-            charge = lifecycle.charge_trial(wh, job_id, record.key, record.cost_usd)
-            if charge.earlier is not None:  # a restarted run: the row shows what the ledger charged
-                record.cost_usd = float(charge.earlier)
-        if on_trial_done is not None:
-            on_trial_done(record)
+    def finished(records: list[TrialRecord]) -> None:
+        scored = [r for r in records if r.outcome == Kind.SCORED]  # Errored and cancelled Trials are not charged
+        for record, charge in zip(scored, lifecycle.charge_trials(wh, job_id, [(r.key, r.cost_usd) for r in scored]),
+                                  strict=True):
+            # The row shows what the ledger charged: less at the ceiling, and an earlier run's charge on a restart.
+            record.cost_usd = float(charge.earlier if charge.earlier is not None else charge.amount)
+        if any(r.error_type == ProviderSignal.CEILING for r in records):  # the proxy refused a call past the Quote
+            lifecycle.reach_ceiling(wh, job_id, "a model call would have passed the Job's Quote")
+        for record in records:
+            if on_trial_done is not None:
+                on_trial_done(record)
 
+    keep_going = lambda: lifecycle.is_running(wh, job_id)  # noqa: E731
     try:
-        records = run_cell(run, on_trial_done=finished, keep_going=lambda: lifecycle.is_running(wh, job_id))
+        if agent_spec(run.cell.agent).static:
+            output = run_static_cell(run, on_batch=finished, keep_going=keep_going)
+        else:
+            output = run_cell(run, on_trial_done=lambda record: finished([record]), keep_going=keep_going)
+        records = output.records
         wh.write_parquet(trials_table(records), wh.trials_file(run.cell.file_id, job_id))
+        write_transcripts(wh, run, output.calls)
     except BaseException as exc:
         lifecycle.end_cell(wh, job_id, cell_key, "failed", str(exc).splitlines()[0][:300] if str(exc) else None)
         raise
     lifecycle.end_cell(wh, job_id, cell_key, "done")
     return records
+
+
+def write_transcripts(wh: Warehouse, run: CellRun, calls: list[TranscriptCall]) -> None:
+    """The cell run's model calls, one file per day they were made (so the 90-day expiry drops whole days)."""
+    by_day: dict[date, list[dict]] = defaultdict(list)
+    for t in calls:
+        c = t.call
+        by_day[c.started_at.date()].append({
+            "workspace": run.workspace, "job_id": run.job_id, "cell_key": run.cell.key, "trial_key": t.trial_key,
+            "retry": t.retry, "seq": c.seq, "wire": c.wire, "started_at": c.started_at,
+            "duration_ms": c.duration_ms, "status": c.status, "streamed": c.streamed, "request": c.request,
+            "response": c.response, "input_tokens": c.usage.input_tokens,
+            "cached_input_tokens": c.usage.cached_input_tokens, "output_tokens": c.usage.output_tokens,
+            "served_by": c.served_by, "signal": c.signal})
+    for day, rows in by_day.items():
+        wh.write_parquet(pa.Table.from_pylist(rows, schema=TRANSCRIPT_SCHEMA),
+                         wh.transcripts_file(day, run.cell.file_id, run.job_id))

@@ -30,6 +30,7 @@ from amber_pipeline.jobs.quotes import Quote
 from amber_pipeline.jobs.records import ACTIVE_CELL, FINAL, Job, cells_of, get_job, run_dir
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.jobs.trial_runner import CellRun
+from amber_pipeline.models.configurations import ModelConfiguration
 from amber_pipeline.money import wallet, workspaces
 from amber_pipeline.money.prices import PRICES, Prices, usd
 from amber_pipeline.warehouse.catalog import Warehouse
@@ -39,6 +40,7 @@ TRANSITIONS: dict[str, set[str]] = {
     "running": {"completed", "cancelled", "ceiling_reached", "failed"},
 }
 EXPIRED = "Quote expired before the Job started"
+STOPPED_EARLY = ("ceiling_reached", "cancelled")
 
 
 def _scalar(con: duckdb.DuckDBPyConnection, query: str, params: list) -> Any:
@@ -85,15 +87,16 @@ def quote(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now:
           prices: Prices = PRICES) -> Quote:
     """Record a quoted Job and reserve its Quote at once; it waits for `start`."""
     now = now or datetime.now(UTC)
-    request.check()
+    mcs = request.check(wh.paths, workspace)
     expire_due(wh, now)
     version, owner, label = resolve_benchmark(wh, request, workspace, user)
-    cells = request.cells(version)
-    estimates = [quotes.estimate_cell(wh, workspace, c, len(version.tasks), request.trials_per_task, prices)
-                 for c in cells]
+    _check_fit(wh, workspace, request, version, mcs, private=owner != registry.PUBLIC)
+    cells = request.cells(version, mcs)
+    tasks = quotes.task_facts(version)
+    estimates = [quotes.estimate_cell(wh, workspace, c, tasks, request.trials_per_task, prices) for c in cells]
     job_id = f"job-{uuid.uuid4().hex[:10]}"
     with wh.write() as con:
-        made = quotes.reserve(con, workspace, job_id, label, estimates, now)
+        made = quotes.reserve(con, workspace, job_id, label, estimates, now, request.ceiling_usd)
         con.execute("insert into jobs (id, workspace, submitted_by, benchmark_version_id, benchmark_owner, "
                     "trials_per_task, status, quote_id, created_at, request) "
                     "values (?, ?, ?, ?, ?, ?, 'quoted', ?, ?, ?)",
@@ -105,6 +108,40 @@ def quote(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now:
             [[job_id, c.key, c.agent, c.model_configuration, len(version.tasks) * request.trials_per_task]
              for c in cells])
     return made
+
+
+def missing_tasks(wh: Warehouse, workspace: str, job_id: str, prices: Prices = PRICES) -> list[quotes.MissingCell]:
+    """For a Job that stopped early (ceiling_reached or cancelled), each cell's Tasks without all their scored
+    Trials and what finishing them would cost; for any other Job, nothing."""
+    job = get_job(wh, job_id, workspace)
+    if job.status not in STOPPED_EARLY:
+        return []
+    version = registry.version(wh, job.benchmark_version_id, job.benchmark_owner)
+    return quotes.to_finish(wh, workspace, job.id, version.id, cells_of(wh, job.id), quotes.task_facts(version),
+                            job.trials_per_task, prices)
+
+
+def _check_fit(wh: Warehouse, workspace: str, request: JobRequest, version: BenchmarkVersion,
+               mcs: list[ModelConfiguration], *, private: bool) -> None:
+    """Refuse a Job whose Agent cannot run the Benchmark's Tasks, or that would send a private Benchmark to a
+    Provider the Workspace's policy does not list."""
+    spec = agent_spec(request.agent)
+    n_static = sum(t.static is not None for t in version.tasks)
+    if spec.static and n_static < len(version.tasks):
+        raise AmberError(f"The {spec.name} Agent runs only static Tasks, and {len(version.tasks) - n_static} of "
+                         f"this Benchmark's {len(version.tasks)} Tasks have an Environment: pick another Agent.")
+    if n_static and not spec.static:
+        raise AmberError(f"This Benchmark has {n_static} static Tasks, which only the Direct Agent runs: "
+                         "use --agent direct.")
+    if n_static and request.bounds:
+        raise AmberError("Static Tasks have no oracle or nop bounds: drop --bounds.")
+    policy = workspaces.provider_policy(wh, workspace) if private else None
+    for mc in mcs:
+        if policy is not None and mc.served_by not in policy:
+            allowed = ", ".join(sorted(policy)) or "no Provider"
+            raise AmberError(f"Workspace {workspace} sends its private Benchmarks only to {allowed}, and "
+                             f"{mc.name} is served by {mc.served_by}: pick another Model Configuration or change "
+                             "the policy with `amber workspace provider-policy`.")
 
 
 def start(wh: Warehouse, workspace: str, quote_or_job_id: str, now: datetime | None = None) -> Job:
@@ -159,8 +196,11 @@ def open_cell_run(wh: Warehouse, job_id: str, cell_key: str, prices: Prices = PR
     cell = Cell(version.id, jc.agent, agent_spec(jc.agent).spec_id, jc.model_configuration)
     if cell.key != cell_key:
         raise AmberError(f"The Agent {jc.agent} changed since Job {job_id} was submitted: submit the Job again.")
+    share = next((Decimal(c.total) for c in quotes.get(wh, job.workspace, job_id).cells if c.cell_key == cell_key),
+                 None) if job.quote_id else None
+    policy = workspaces.provider_policy(wh, job.workspace) if job.private else None
     return CellRun(job_id, cell, version, job.trials_per_task, run_dir(wh, job_id, cell), job.workspace,
-                   private=job.private, prices=prices)
+                   private=job.private, prices=prices, budget=share, allowed_providers=policy, paths=wh.paths)
 
 
 def is_running(wh: Warehouse, job_id: str) -> bool:
@@ -186,17 +226,32 @@ def start_cell(wh: Warehouse, job_id: str, cell_key: str) -> bool:
 
 def charge_trial(wh: Warehouse, job_id: str, trial_key: str, cost: float) -> wallet.Charge:
     """Charge one Trial attempt to its Job's Quote; at the ceiling the Job ends ceiling_reached."""
+    return charge_trials(wh, job_id, [(trial_key, cost)])[0]
+
+
+def charge_trials(wh: Warehouse, job_id: str, costs: list[tuple[str, float]]) -> list[wallet.Charge]:
+    """Charge Trial attempts (key, cost) in one transaction, in order; at the ceiling the Job ends
+    ceiling_reached."""
+    if not costs:
+        return []
     with wh.write() as con:
         workspace, quote_id, status = con.execute("select workspace, quote_id, status from jobs where id = ?",
                                                   [job_id]).fetchone() or (None, None, None)
         if quote_id is None:
-            return wallet.Charge(Decimal(0), ceiling_reached=False)
-        result = wallet.charge(con, workspace, quote_id, job_id, trial_key, usd(cost))
-        if result.ceiling_reached and status == "running":
-            transition(con, job_id, "ceiling_reached", message="the Job's charges reached its Quote")
+            return [wallet.Charge(Decimal(0), ceiling_reached=False) for _ in costs]
+        results = wallet.charge_many(con, workspace, quote_id, job_id, [(key, usd(cost)) for key, cost in costs])
+    if any(r.ceiling_reached for r in results) and status == "running":
+        reach_ceiling(wh, job_id, "the Job's charges reached its Quote")
+    return results
+
+
+def reach_ceiling(wh: Warehouse, job_id: str, message: str) -> None:
+    """The Job stops at its ceiling: no new Trial starts, pending cells are cancelled."""
+    with wh.write() as con:
+        if _scalar(con, "select status from jobs where id = ?", [job_id]) == "running":
+            transition(con, job_id, "ceiling_reached", message=message)
             con.execute("update job_cells set status = 'cancelled', finished_at = now() "
                         "where job_id = ? and status = 'pending'", [job_id])
-    return result
 
 
 def end_cell(wh: Warehouse, job_id: str, cell_key: str, status: str, message: str | None = None) -> None:

@@ -25,7 +25,9 @@ Readings of the rows the rules leave open:
   `harbor_failed` (configuration/installation) are Errored without retry on
   both: they fail the same way every time.
 - A cancelled Trial stays cancelled even with Provider signals: a cancelled Job
-  or a reached ceiling must never be retried. Otherwise any signal wins.
+  or a reached ceiling (the proxy's `ceiling_reached` signal) must never be
+  retried. Otherwise any signal wins: a Trial whose calls hit a 429, a 5xx, a
+  timeout, a dropped stream or another Provider is Errored, never Reward 0.
 - An unknown exception type is taken as the platform's: Errored, retried.
 """
 
@@ -50,7 +52,9 @@ class ProviderSignal(StrEnum):
     UPSTREAM_RATE_LIMIT = "upstream_429"
     UPSTREAM_SERVER_ERROR = "upstream_5xx"
     UPSTREAM_TIMEOUT = "upstream_timeout"
+    UPSTREAM_DROPPED = "upstream_dropped"
     PROVIDER_MISMATCH = "provider_mismatch"
+    CEILING = "ceiling_reached"  # the proxy refused a call that would pass the Job's Quote
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,8 @@ _GROUPS: dict[Rule, tuple[str, ...]] = {
         "ApiError", "ApiRateLimitError", "ApiInternalServerError", "ApiOverloadedError", "ApiConnectionClosedError",
         "ApiResponseStalledError", "UnknownApiError", "NetworkConnectionError", "ApiConnectionError",
         "ApiUsageLimitError", "RateLimitError", "InternalServerError", "ServiceUnavailableError",
-        "APIConnectionError", "APIError", "Timeout", *(s.value for s in ProviderSignal)),
+        "APIConnectionError", "APIError", "Timeout",
+        *(s.value for s in ProviderSignal if s is not ProviderSignal.CEILING)),
     Rule("provider_fatal", E, E, retry=False): (
         "BadRequestError", "UnprocessableEntityError", "UnsupportedParamsError", "APIResponseValidationError",
         "BudgetExceededError", "AgentAuthenticationError", "ModelNotFoundError", "ApiProviderResourceNotFoundError",
@@ -95,7 +100,7 @@ _GROUPS: dict[Rule, tuple[str, ...]] = {
     Rule("verifier", E, S, retry=True): (
         "VerifierTimeoutError", "RewardFileNotFoundError", "RewardFileEmptyError", "VerifierOutputParseError",
         "NoVerifierResult", "InvalidReward"),
-    Rule("cancelled", C, C, retry=False): ("CancelledError",),
+    Rule("cancelled", C, C, retry=False): ("CancelledError", ProviderSignal.CEILING.value),
 }
 RULES: dict[str, Rule] = {name: rule for rule, names in _GROUPS.items() for name in names}
 UNKNOWN_RULE = Rule("unknown", E, E, retry=True)
@@ -148,7 +153,8 @@ def classify(*, exception_type: str | None, exception_message: str | None, rewar
     if exception_type and rule_for(exception_type).cause == "cancelled":
         return _apply(rule_for(exception_type), private, exception_type, exception_message, None)
     if provider_signals:
-        signal = ProviderSignal(provider_signals[0])
+        signals = [ProviderSignal(s) for s in provider_signals]
+        signal = ProviderSignal.CEILING if ProviderSignal.CEILING in signals else signals[0]  # a ceiling stops
         return _apply(RULES[signal.value], private, signal.value,
                       f"Provider signal: {', '.join(ProviderSignal(s).value for s in provider_signals)}", None)
     reward = _pick_reward(rewards)
@@ -178,7 +184,22 @@ def from_harbor(result: Any, *, private: bool, provider_signals: Sequence[Provid
                     provider_signals=provider_signals)
 
 
-def from_exception(exc: BaseException, *, private: bool) -> Outcome:
+def from_exception(exc: BaseException, *, private: bool, provider_signals: Sequence[ProviderSignal] = ()) -> Outcome:
     """A Trial Harbor could not even run, classified by the exception's type name."""
     name = type(exc).__name__
-    return classify(exception_type=name, exception_message=one_line(str(exc)) or name, rewards=None, private=private)
+    return classify(exception_type=name, exception_message=one_line(str(exc)) or name, rewards=None, private=private,
+                    provider_signals=provider_signals)
+
+
+# The exception names litellm gives an HTTP status, so a call that failed outside litellm (the Direct Agent's)
+# is classified by the same rows.
+_STATUS_ERRORS = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
+                  404: "NotFoundError", 422: "UnprocessableEntityError", 429: "RateLimitError"}
+
+
+def from_status(status: int, message: str, *, private: bool,
+                provider_signals: Sequence[ProviderSignal] = ()) -> Outcome:
+    """A model call that came back with an HTTP error, classified as litellm's exception of that status."""
+    name = _STATUS_ERRORS.get(status, "InternalServerError" if status >= 500 else "APIError")
+    return classify(exception_type=name, exception_message=one_line(message) or name, rewards=None,
+                    private=private, provider_signals=provider_signals)

@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 from amber_pipeline.benchmarks.registry import PUBLIC
-from amber_pipeline.cells import NO_MODEL, Cell
+from amber_pipeline.cells import NO_MODEL, Cell, model_name
 from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.warehouse.catalog import Warehouse
@@ -57,7 +57,9 @@ class JobCell:
 
     @property
     def label(self) -> str:
-        return self.agent if self.model_configuration == NO_MODEL else f"{self.agent} / {self.model_configuration}"
+        if self.model_configuration == NO_MODEL:
+            return self.agent
+        return f"{self.agent} / {model_name(self.model_configuration)}"
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,11 @@ The CLI builds it from its options, Dagster's `submit_job` takes it as its
 run config (the launchpad shows these fields and their descriptions), and the
 Job keeps it. Its checks are the rules a user can break, each refused in one
 sentence: Trials per Task from 1 to 10, an Agent Amber ships, a Model
-Configuration for an Agent that needs one and none for one that does not.
+Configuration for an Agent that needs one and none for one that does not,
+the Agent's own Provider rule (Claude Code with Anthropic, Codex CLI with
+OpenAI), and an API key for each Provider. The rules that need the
+Benchmark or the Workspace (static Tasks, Provider policy) are checked where
+those are known, in `lifecycle.quote`.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from amber_pipeline.agents.catalog import AGENTS, DEFAULT_AGENT, agent_spec
 from amber_pipeline.benchmarks.versions import BenchmarkVersion
 from amber_pipeline.cells import NO_MODEL, Cell
 from amber_pipeline.errors import AmberError
-from amber_pipeline.models.configurations import known_model_configurations, model_configuration
+from amber_pipeline.models.configurations import ModelConfiguration, known_model_configurations, model_configuration
+from amber_pipeline.models.endpoint import require_key
+from amber_pipeline.paths import AmberPaths
 
 MIN_TRIALS, MAX_TRIALS = 1, 10
 BOUNDS = ("oracle", "nop")
@@ -33,26 +39,35 @@ class JobRequest(BaseModel):
     trials_per_task: int = Field(1, description=f"Trials per Task, {MIN_TRIALS} to {MAX_TRIALS}.")
     bounds: bool = Field(False, description="Add oracle and nop cells as the upper and lower bounds.")
     public: bool = Field(False, description="Register the Benchmark folder as public (Amber staff only).")
+    ceiling_usd: float | None = Field(
+        None, description="A spending ceiling of your own in USD, reserved instead of the estimate: at least the "
+                          "estimate and at most what the Wallet has available.")
 
-    def check(self) -> None:
-        """Refuse, in one sentence, a request Amber cannot run (the Benchmark is checked when it is read)."""
+    def check(self, paths: AmberPaths | None = None, workspace: str | None = None) -> list[ModelConfiguration]:
+        """The request's Model Configurations, or one sentence refusing a request Amber cannot run (the
+        Benchmark is checked when it is read)."""
         if not MIN_TRIALS <= self.trials_per_task <= MAX_TRIALS:
             raise AmberError(f"Trials per Task must be from {MIN_TRIALS} to {MAX_TRIALS}, not "
                              f"{self.trials_per_task}: pick a number in that range.")
         spec = agent_spec(self.agent)
         if spec.needs_model and not self.model_configurations:
-            raise AmberError(f"{self.agent} needs a Model Configuration: add --model NAME "
-                             f"(known: {', '.join(sorted(known_model_configurations()))}).")
+            known = ", ".join(sorted(known_model_configurations(paths, workspace)))
+            raise AmberError(f"{self.agent} needs a Model Configuration: add --model NAME (known: {known}).")
         if not spec.needs_model and self.model_configurations:
             raise AmberError(f"{self.agent} calls no model: drop --model.")
-        for name in self.model_configurations:
-            model_configuration(name)
+        mcs = [model_configuration(name, paths, workspace) for name in dict.fromkeys(self.model_configurations)]
+        for mc in mcs:
+            if spec.providers is not None and mc.provider not in spec.providers:
+                raise AmberError(f"{self.agent} runs only with {' or '.join(sorted(spec.providers))} Model "
+                                 f"Configurations, and {mc.name} is {mc.provider}: pick another Agent or Model.")
+            require_key(mc)
+        return mcs
 
-    def cells(self, version: BenchmarkVersion) -> list[Cell]:
-        """The cells of a checked request: the Agent with each Model Configuration, then oracle and nop when
-        asked for as bounds."""
+    def cells(self, version: BenchmarkVersion, mcs: list[ModelConfiguration]) -> list[Cell]:
+        """The cells of a checked request: the Agent with each of its Model Configurations (``mcs``, from
+        `check`), then oracle and nop when asked for as bounds."""
         spec = agent_spec(self.agent)
-        models = list(dict.fromkeys(self.model_configurations)) if spec.needs_model else [NO_MODEL]
+        models = list(dict.fromkeys(mc.ref for mc in mcs)) if spec.needs_model else [NO_MODEL]
         cells = [Cell(version.id, self.agent, spec.spec_id, m) for m in models]
         if self.bounds:
             cells += [c for c in (Cell(version.id, b, agent_spec(b).spec_id, NO_MODEL) for b in BOUNDS)

@@ -8,6 +8,14 @@ Trials run, a watcher asks `keep_going` every second; once the Job is
 cancelled or at its ceiling, no new Trial starts and the in-flight ones are
 cancelled, which makes Harbor stop them and remove their sandboxes.
 
+Every model call goes through Amber's model proxy, started for the cell run:
+each Trial attempt gets its own token (the Agent's "API key"), the proxy pins
+the calls to the cell's Model Configuration and meters them, and the Trial is
+charged what the proxy metered, not what the Agent says it used (both are
+kept). Provider signals the proxy raised make the attempt Errored. A call
+that would pass the cell's share of the Quote is refused, which stops the Job
+at its ceiling.
+
 Trial folders are named `<task>__<attempt>` so a cell run that crashed and
 is run again replaces its Trials instead of adding to them.
 """
@@ -20,6 +28,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 
 from amber_pipeline.agents.catalog import AgentSpec, agent_spec
@@ -27,11 +36,15 @@ from amber_pipeline.benchmarks.tasks import TaskSpec
 from amber_pipeline.benchmarks.versions import BenchmarkVersion
 from amber_pipeline.cells import Cell
 from amber_pipeline.jobs import outcomes
-from amber_pipeline.models.configurations import ModelConfiguration, model_configuration
-from amber_pipeline.models.endpoint import offline_litellm, serving
+from amber_pipeline.jobs.budget import Budget
+from amber_pipeline.jobs.cell_models import CellModels, TranscriptCall, cell_models
+from amber_pipeline.models.configurations import model_configuration
+from amber_pipeline.models.endpoint import offline_litellm
+from amber_pipeline.models.wire import Usage
 from amber_pipeline.money.prices import PRICES, Prices
+from amber_pipeline.paths import AmberPaths
 from amber_pipeline.sandbox import docker_engine
-from amber_pipeline.warehouse.schemas import TrialRecord
+from amber_pipeline.warehouse.schemas import TrialRecord, trial_key
 
 DEFAULT_CONCURRENCY = 2
 WATCH_INTERVAL_SEC = 1.0
@@ -47,40 +60,54 @@ class CellRun:
     workspace: str
     private: bool = False  # a Workspace's own Benchmark: Task failures are Reward 0, not Errored
     prices: Prices = PRICES
+    budget: Decimal | None = None  # the cell's share of the Quote: model calls past it are refused
+    allowed_providers: frozenset[str] | None = None  # a private Benchmark's Provider policy
+    paths: AmberPaths | None = None  # where the Workspace's own Model Configurations live
 
 
 def trial_name(task: TaskSpec, attempt: int) -> str:
     return f"{task.name[:40]}__{attempt}"
 
 
+@dataclass
+class CellOutput:
+    records: list[TrialRecord]
+    calls: list[TranscriptCall]
+
+
 def run_cell(run: CellRun, *, concurrency: int = DEFAULT_CONCURRENCY,
              on_trial_done: Callable[[TrialRecord], None] | None = None,
-             keep_going: Callable[[], bool] | None = None) -> list[TrialRecord]:
-    """Run the cell's Trials (Tasks x Trials per Task); one record per Trial that started."""
+             keep_going: Callable[[], bool] | None = None) -> CellOutput:
+    """Run the cell's Trials (Tasks x Trials per Task); one record per Trial that started, and their calls."""
     offline_litellm()
     docker_engine.connect()
     from amber_pipeline.sandbox.environment import remove_sandboxes_under  # deferred: imports Harbor
 
     remove_sandboxes_under(run.run_dir)  # left by an earlier run of this cell that was killed
     agent = agent_spec(run.cell.agent)
-    mc = model_configuration(run.cell.model_configuration) if agent.needs_model else None
+    mc = (model_configuration(run.cell.model_configuration, run.paths, run.workspace)
+          if agent.needs_model else None)
     run.run_dir.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
-        base_url = None
+        models = None
         if mc is not None:
-            base_url = stack.enter_context(serving(mc, {t.name: t.instruction for t in run.benchmark.tasks}))
-        runner = _CellRunner(run, agent, mc, base_url, on_trial_done, keep_going or (lambda: True))
-        return asyncio.run(runner.run_all(concurrency))
+            models = stack.enter_context(cell_models(mc, {t.name: t.instruction for t in run.benchmark.tasks},
+                                                     Budget(run.budget, run.prices, mc), run.allowed_providers))
+        runner = _CellRunner(run, agent, models, on_trial_done, keep_going or (lambda: True))
+        records = asyncio.run(runner.run_all(concurrency))
+        return CellOutput(records, models.calls if models else [])
 
 
 @dataclass
 class _CellRunner:
     run: CellRun
     agent: AgentSpec
-    mc: ModelConfiguration | None
-    base_url: str | None
+    models: CellModels | None
     on_trial_done: Callable[[TrialRecord], None] | None
     keep_going: Callable[[], bool]
+
+    def _going(self) -> bool:
+        return not (self.models is not None and self.models.ceiling_reached) and self.keep_going()
 
     async def run_all(self, concurrency: int) -> list[TrialRecord]:
         gate = asyncio.Semaphore(concurrency)
@@ -96,7 +123,7 @@ class _CellRunner:
     async def _watch(self, work: Sequence[asyncio.Future]) -> None:
         while not all(w.done() for w in work):
             await asyncio.sleep(WATCH_INTERVAL_SEC)
-            if not await asyncio.to_thread(self.keep_going):
+            if not await asyncio.to_thread(self._going):
                 for w in work:
                     w.cancel()
                 return
@@ -104,7 +131,7 @@ class _CellRunner:
     async def _one(self, gate: asyncio.Semaphore, task: TaskSpec, attempt: int) -> TrialRecord | None:
         try:
             async with gate:
-                if not await asyncio.to_thread(self.keep_going):
+                if not await asyncio.to_thread(self._going):
                     return None  # the Job stopped: no new Trial starts
                 for retry in range(outcomes.MAX_RETRIES + 1):
                     record, retry_again = await self._trial(task, attempt, retry)
@@ -120,48 +147,60 @@ class _CellRunner:
         from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfig, TrialConfig
         from harbor.trial.trial import Trial
 
-        run, mc = self.run, self.mc
+        run, models = self.run, self.models
+        mc = models.mc if models else None
         name = trial_name(task, attempt)
+        key = trial_key(run.job_id, run.cell.key, task.name, attempt)
         trial_dir = run.run_dir / name
         shutil.rmtree(trial_dir, ignore_errors=True)
         kwargs: dict[str, object] = dict(self.agent.settings)
-        if mc is not None:
-            kwargs |= {"api_base": self.base_url, **mc.settings}
+        grant = None
+        if models is not None:
+            grant = models.open(key)
+            prefix = models.mc.provider_spec.litellm_prefix  # litellm adds /v1/messages itself for Anthropic
+            kwargs |= {"api_base": models.proxy.base_url() + ("" if prefix == "anthropic" else "/v1"),
+                       "llm_kwargs": {"api_key": grant.token}}
         config = TrialConfig(
             task=TaskConfig(path=run.benchmark.task_path(task)),
             trials_dir=run.run_dir,
             trial_name=name,
-            agent=AgentConfig(name=self.agent.name, model_name=f"openai/{mc.model}" if mc else None,
+            agent=AgentConfig(name=self.agent.name,
+                              model_name=f"{mc.provider_spec.litellm_prefix}/{mc.model}" if mc else None,
                               kwargs=kwargs),
             environment=EnvironmentConfig(import_path="amber_pipeline.sandbox.environment:AmberSandbox"),
         )
         started = datetime.now(UTC)
-        input_tokens = output_tokens = 0
+        reported: tuple[int | None, int | None, float | None] = (None, None, None)
         image_id = None
         try:
             trial = await Trial.create(config)
             result = await trial.run()
             image_id = getattr(trial.agent_environment, "image_id", None)
-            outcome = outcomes.from_harbor(result, private=run.private)
+            outcome = outcomes.from_harbor(result, private=run.private, provider_signals=CellModels.signals(grant))
             if result.agent_result is not None:
-                input_tokens = result.agent_result.n_input_tokens or 0
-                output_tokens = result.agent_result.n_output_tokens or 0
+                a = result.agent_result
+                reported = (a.n_input_tokens, a.n_output_tokens, a.cost_usd)
             started = result.started_at or started
             finished = result.finished_at or datetime.now(UTC)
         except asyncio.CancelledError as exc:  # the Job stopped while this Trial ran
             outcome = outcomes.from_exception(exc, private=run.private)
             finished = datetime.now(UTC)
         except Exception as exc:  # noqa: BLE001 - a failed Trial is a row, never a sunk cell
-            outcome = outcomes.from_exception(exc, private=run.private)
+            outcome = outcomes.from_exception(exc, private=run.private, provider_signals=CellModels.signals(grant))
             finished = datetime.now(UTC)
+        usage = models.close(grant, retry) if models is not None and grant is not None else Usage()
         duration = (finished - started).total_seconds()
-        cost = run.prices.trial_cost(mc, input_tokens, output_tokens, duration)
+        cost = run.prices.trial_cost(mc, usage, duration)
         record = TrialRecord(
             workspace=run.workspace, job_id=run.job_id, cell_key=run.cell.key, benchmark_version_id=run.benchmark.id,
             task_name=task.name, attempt=attempt, trial_name=name, agent=self.agent.name,
-            agent_version=self.agent.agent_version(image_id), model_configuration=run.cell.model_configuration,
+            agent_version=self.agent.agent_version(image_id),
+            model_configuration=mc.name if mc else run.cell.model_configuration,
             outcome=str(outcome.kind), reward=outcome.reward, errored=outcome.errored, retries=retry,
-            error_type=outcome.error_type, error_message=outcome.error_message, input_tokens=input_tokens,
-            output_tokens=output_tokens, cost_usd=float(cost), started_at=started, finished_at=finished,
-            duration_sec=duration, image_id=image_id, trial_dir=str(trial_dir))
+            error_type=outcome.error_type, error_message=outcome.error_message, input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens, cost_usd=float(cost) if outcome.charged else 0.0,
+            started_at=started, finished_at=finished,
+            duration_sec=duration, image_id=image_id, trial_dir=str(trial_dir),
+            cached_input_tokens=usage.cached_input_tokens, model_calls=len(grant.calls) if grant else 0,
+            agent_input_tokens=reported[0], agent_output_tokens=reported[1], agent_cost_usd=reported[2])
         return record, outcome.retry

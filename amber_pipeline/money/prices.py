@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
 from amber_pipeline.models.configurations import ModelConfiguration
+from amber_pipeline.models.wire import Usage
 
 CENT = Decimal("0.01")
 MICRO = Decimal("0.000001")
@@ -34,16 +35,21 @@ class Prices:
 
     sandbox_usd_per_hour: Decimal = Decimal("0.05")  # the embedded default's price of one sandbox-hour
 
-    def model_cost(self, mc: ModelConfiguration, input_tokens: int, output_tokens: int) -> Decimal:
-        return usd((input_tokens * mc.input_usd_per_mtok + output_tokens * mc.output_usd_per_mtok) / 1e6)
+    @staticmethod
+    def model_cost(mc: ModelConfiguration, usage: Usage) -> Decimal:
+        """Uncached input at the input price, cached input at the cached price, output at the output price."""
+        p, cached = mc.prices, min(usage.cached_input_tokens, usage.input_tokens)
+        per_mtok = (Decimal(str(p.input)) * (usage.input_tokens - cached) + Decimal(str(p.cached_input)) * cached
+                    + Decimal(str(p.output)) * usage.output_tokens)
+        return usd(per_mtok / 1_000_000)
 
     def sandbox_cost(self, seconds: float) -> Decimal:
         return usd(Decimal(str(seconds)) / 3600 * self.sandbox_usd_per_hour)
 
-    def trial_cost(self, mc: ModelConfiguration | None, input_tokens: int, output_tokens: int,
-                   seconds: float) -> Decimal:
-        """What one Trial is charged: its tokens at its Model Configuration's prices plus its sandbox time."""
-        model = self.model_cost(mc, input_tokens, output_tokens) if mc is not None else Decimal(0)
+    def trial_cost(self, mc: ModelConfiguration | None, usage: Usage, seconds: float) -> Decimal:
+        """What one Trial is charged: its metered tokens at its Model Configuration's prices plus its sandbox
+        time."""
+        model = self.model_cost(mc, usage) if mc is not None else Decimal(0)
         return model + self.sandbox_cost(seconds)
 
 

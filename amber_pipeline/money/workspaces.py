@@ -8,6 +8,7 @@ exist, so an error never hints that it exists elsewhere.
 
 from __future__ import annotations
 
+import json
 import re
 
 import duckdb
@@ -74,3 +75,19 @@ def _require_member(con: duckdb.DuckDBPyConnection, user: str, workspace: str) -
     row = con.execute("select 1 from members where workspace = ? and user_name = ?", [workspace, user]).fetchone()
     if row is None:
         raise AmberError(f"No Workspace {workspace} among yours: see yours with `amber workspace list`.")
+
+
+def set_provider_policy(wh: Warehouse, actor: Actor, workspace: str, providers: list[str] | None) -> None:
+    """The Providers the Workspace's private Benchmarks may be sent to (None: any)."""
+    chosen = sorted({p.strip() for p in providers if p.strip()}) if providers is not None else None
+    with wh.write() as con:
+        _require_member(con, actor.user, workspace)
+        con.execute("update workspaces set provider_policy = ? where name = ?",
+                    [json.dumps(chosen) if chosen is not None else None, workspace])
+
+
+def provider_policy(wh: Warehouse, workspace: str) -> frozenset[str] | None:
+    """The Providers the Workspace's private Benchmarks may be sent to; None when it set no policy."""
+    with wh.read() as con:
+        row = con.execute("select provider_policy from workspaces where name = ?", [workspace]).fetchone()
+    return frozenset(json.loads(row[0])) if row is not None and row[0] is not None else None

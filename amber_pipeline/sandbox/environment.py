@@ -6,7 +6,11 @@ upload, download and stop. It enforces Amber's sandbox rules:
 
 - images are tagged by the environment's content hash and built once;
 - cpus and memory come from task.toml;
-- no network at all (the model proxy joins in a later issue);
+- no network at all, unless given a sandbox network (kwargs `amber_network`,
+  the name of a `SandboxNetwork`, and optionally `amber_egress_proxy`, the URL
+  of an `EgressProxy` on its gateway): then the container runs on that network
+  with its default route removed, and with HTTP(S)_PROXY set to the egress
+  proxy and NO_PROXY covering the gateway, where the model proxy listens;
 - containers are always removed by force when the Trial stops, so none
   outlives its Trial (`sleep infinity` ignores SIGTERM, so a polite stop
   would only wait out its timeout);
@@ -35,7 +39,7 @@ from harbor.environments.capabilities import EnvironmentCapabilities
 from harbor.environments.definition import environment_content_hash
 from harbor.models.trial.paths import EnvironmentPaths
 
-from amber_pipeline.sandbox import docker_engine
+from amber_pipeline.sandbox import docker_engine, egress, network
 
 IMAGE_REPOSITORY = "amber-env"
 SANDBOX_LABEL = "org.amber.sandbox"
@@ -60,7 +64,11 @@ def _build_lock(tag: str) -> threading.Lock:
 class AmberSandbox(BaseEnvironment):
     """One Docker container per Trial, driven through the Docker SDK."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, amber_network: str | None = None, amber_egress_proxy: str | None = None, **kwargs):
+        if amber_egress_proxy and not amber_network:
+            raise ValueError("amber_egress_proxy needs amber_network: the egress proxy listens on its gateway")
+        self._network_name = amber_network
+        self._egress_proxy = amber_egress_proxy
         self._client = docker_engine.connect()
         self._container = None
         # stop() may run while start() is still building in its thread (Harbor
@@ -104,13 +112,20 @@ class AmberSandbox(BaseEnvironment):
             limits["memswap_limit"] = f"{cfg.memory_mb}m"
         if self._stopped.is_set():
             raise RuntimeError(f"The sandbox of {self.session_id} was stopped while it started")
+        environment = self._startup_env()
+        networking: dict = {"network_mode": "none"}
+        if self._network_name:
+            sandbox_network = network.SandboxNetwork.get(self._network_name, self._client)
+            networking = {"network": sandbox_network.name}
+            if self._egress_proxy:
+                environment = {**environment, **egress.proxy_env(self._egress_proxy, [sandbox_network.gateway])}
         container = self._client.containers.create(
             self.image_id,
             command=["sleep", "infinity"],
             init=True,
-            network_mode="none",
+            **networking,
             labels={SANDBOX_LABEL: self.session_id, TRIAL_DIR_LABEL: str(self.trial_paths.trial_dir.resolve())},
-            environment=self._startup_env(),
+            environment=environment,
             working_dir=cfg.workdir or None,
             **limits,
         )
@@ -120,6 +135,8 @@ class AmberSandbox(BaseEnvironment):
                 raise RuntimeError(f"The sandbox of {self.session_id} was stopped while it started")
             self._container = container
         container.start()
+        if self._network_name:
+            network.remove_default_route(container)
 
     def _ensure_image(self, tag: str, force_build: bool) -> str:
         with _build_lock(tag):

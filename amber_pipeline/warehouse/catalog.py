@@ -16,6 +16,7 @@ import fcntl
 import hashlib
 import os
 from collections.abc import Iterator
+from datetime import date
 from pathlib import Path
 
 import duckdb
@@ -45,6 +46,7 @@ create table if not exists jobs (
     created_at timestamptz not null default now(), started_at timestamptz, finished_at timestamptz,
     message varchar, request json);
 alter table jobs add column if not exists request json;
+alter table workspaces add column if not exists provider_policy json;
 create table if not exists job_cells (
     job_id varchar not null, cell_key varchar not null, agent varchar not null,
     model_configuration varchar not null, n_trials integer not null, status varchar not null,
@@ -113,6 +115,9 @@ class Warehouse:
 
     def trials_file(self, cell_file_id: str, job_id: str) -> Path:
         return self.paths.trials / cell_file_id / f"{job_id}.parquet"
+
+    def transcripts_file(self, day: date, cell_file_id: str, job_id: str) -> Path:
+        return self.paths.transcripts / f"date={day.isoformat()}" / f"{cell_file_id}_{job_id}.parquet"
 
     def trial_files(self) -> list[tuple[Path, int, int]]:
         """Every stored Trial file (``<cell file id>/<job>.parquet``) with its size and mtime (ns), sorted.

@@ -1,7 +1,9 @@
 """Transcript expiry: what a Trial's Agent said and did is kept for 90 days.
 
 After that its transcripts (the trial folder's `agent/` files: trajectory,
-terminal logs, oracle output) and its `trial.log` are deleted. The Trial's
+terminal logs, oracle output), its `trial.log` and the model proxy's record of
+its calls (``warehouse/transcripts/date=.../``, one folder per day, so expiry
+drops whole days) are deleted. The Trial's
 Reward, tokens, cost and duration stay in the warehouse, and so do the
 aggregates; `result.json` and the Verifier's files stay in the folder. Each
 expiry is recorded (`transcript_expiries`), so a user can see what went.
@@ -42,6 +44,9 @@ def expire_transcripts(wh: Warehouse, now: datetime | None = None) -> list[Expir
         freed = _remove(folder / "agent") + _remove(folder / "trial.log")
         (folder / MARKER).write_text(f"Transcripts deleted {now.isoformat()} ({TRANSCRIPT_DAYS}-day retention).\n")
         expired.append(Expired(str(folder), finished_at, freed))
+    for day in sorted(wh.paths.transcripts.glob("date=*")):
+        if day.name.removeprefix("date=") < cutoff.date().isoformat():
+            expired.append(Expired(str(day), cutoff, _remove(day)))
     if expired:
         with wh.write() as con:
             con.executemany("insert into transcript_expiries values (?, ?, ?, ?)",

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from amber_pipeline.cells import cell_file_id
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: metered cached input and model calls, the Agent's own report beside them
 
 
 class TrialRecord(BaseModel):
@@ -38,17 +38,28 @@ class TrialRecord(BaseModel):
     error_message: str | None  # one line, no traceback
     input_tokens: int
     output_tokens: int
-    cost_usd: float
+    cost_usd: float  # what the Wallet is charged: 0 unless the Trial is scored (Errored and cancelled are free)
     started_at: datetime
     finished_at: datetime
     duration_sec: float
     image_id: str | None
     trial_dir: str
+    # input_tokens/output_tokens above are what the model proxy metered (and the Wallet charged); the Agent's
+    # own report is kept beside them so a disagreement can be shown.
+    cached_input_tokens: int = 0
+    model_calls: int = 0
+    agent_input_tokens: int | None = None
+    agent_output_tokens: int | None = None
+    agent_cost_usd: float | None = None
 
     @property
     def key(self) -> str:
-        """The Trial attempt's identity, which keys its charge: Job, cell, Task, attempt."""
-        return f"{self.job_id}/{cell_file_id(self.cell_key)}/{self.task_name}/{self.attempt}"
+        return trial_key(self.job_id, self.cell_key, self.task_name, self.attempt)
+
+
+def trial_key(job_id: str, cell_key: str, task_name: str, attempt: int) -> str:
+    """A Trial attempt's identity, which keys its charge and its transcripts: Job, cell, Task, attempt."""
+    return f"{job_id}/{cell_file_id(cell_key)}/{task_name}/{attempt}"
 
 
 TRIAL_SCHEMA = pa.schema([
@@ -77,6 +88,33 @@ TRIAL_SCHEMA = pa.schema([
     ("duration_sec", pa.float64()),
     ("image_id", pa.string()),
     ("trial_dir", pa.string()),
+    ("cached_input_tokens", pa.int64()),
+    ("model_calls", pa.int32()),
+    ("agent_input_tokens", pa.int64()),
+    ("agent_output_tokens", pa.int64()),
+    ("agent_cost_usd", pa.float64()),
+])
+
+# One model call of a Trial as the model proxy saw it: the pinned request and the response (no headers, no key).
+TRANSCRIPT_SCHEMA = pa.schema([
+    ("workspace", pa.string()),
+    ("job_id", pa.string()),
+    ("cell_key", pa.string()),
+    ("trial_key", pa.string()),
+    ("retry", pa.int32()),
+    ("seq", pa.int32()),
+    ("wire", pa.string()),
+    ("started_at", pa.timestamp("us", tz="UTC")),
+    ("duration_ms", pa.float64()),
+    ("status", pa.int32()),
+    ("streamed", pa.bool_()),
+    ("request", pa.string()),
+    ("response", pa.string()),
+    ("input_tokens", pa.int64()),
+    ("cached_input_tokens", pa.int64()),
+    ("output_tokens", pa.int64()),
+    ("served_by", pa.string()),
+    ("signal", pa.string()),
 ])
 
 TASK_REWARD_SCHEMA = pa.schema([

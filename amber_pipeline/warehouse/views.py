@@ -16,6 +16,7 @@ from amber_pipeline.warehouse.schemas import (
     COMPARISON_SCHEMA,
     EVIDENCE_SCHEMA,
     TASK_REWARD_SCHEMA,
+    TRANSCRIPT_SCHEMA,
     TRIAL_SCHEMA,
 )
 
@@ -40,10 +41,11 @@ def create_views(con: duckdb.DuckDBPyConnection, paths: AmberPaths, workspace: s
         "comparisons": (paths.comparisons, "comparisons.parquet", COMPARISON_SCHEMA),
         "imported_trials": (paths.imports, "*.parquet", EVIDENCE_SCHEMA),
         "amber_evidence": (paths.evidence, "*/*.parquet", EVIDENCE_SCHEMA),
+        "transcripts": (paths.transcripts, "*/*.parquet", TRANSCRIPT_SCHEMA),
     }
     for name, (folder, pattern, schema) in sources.items():
         if any(folder.glob(pattern)):
-            source = f"read_parquet({sql.string(folder / pattern)}, union_by_name = true)"
+            source = f"read_parquet({sql.string(folder / pattern)}, union_by_name = true, hive_partitioning = false)"
         else:
             con.register(f"_{name}_empty", schema.empty_table())
             source = f"_{name}_empty"

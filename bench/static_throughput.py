@@ -1,0 +1,115 @@
+"""Static Tasks per second: the Direct Agent's fast path end to end.
+
+1,000 static Tasks ("What is a + b?", checked by the built-in Verifier's
+number check) run by the Direct Agent against an OpenAI-compatible Model
+Configuration served by the provider double on loopback (its own process, as
+a Provider's server would be). Measured in a FRESH child process, from the
+Job's submission to its cell scored: the Quote reserved, every call through
+the model proxy (metered, transcripts kept), Trials written to the
+warehouse, the ledger charged in batches, the cell's Rewards and score
+written. The child also reports its peak RSS.
+
+Goals: at least 200 Tasks per second, peak RSS at most 500 MB.
+
+    .venv/bin/python bench/static_throughput.py [--tasks 1000] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from synthetic import run_child, scratch_home
+
+CHILD = r"""
+import json, resource, sys, time
+t_import = time.perf_counter()
+from amber_pipeline.jobs import cell_run, lifecycle
+from amber_pipeline.jobs.records import cells_of, get_job
+from amber_pipeline.jobs.request import JobRequest
+from amber_pipeline.money import wallet, workspaces
+from amber_pipeline.money.identity import Actor
+from amber_pipeline.models import configurations
+from amber_pipeline.paths import AmberPaths
+from amber_pipeline.scoring import store
+from amber_pipeline.warehouse.catalog import Warehouse
+
+bench, model_file, user = sys.argv[1], sys.argv[2], sys.argv[3]
+wh = Warehouse(AmberPaths.from_env())
+actor = Actor(user, None)
+ws = workspaces.acting_workspace(wh, actor)
+wallet.add_credit(wh, actor, ws, "1000", "bench")
+mc, _ = configurations.add(wh.paths, ws, configurations.read_file(__import__("pathlib").Path(model_file)))
+imports = time.perf_counter() - t_import
+t0 = time.perf_counter()
+made, job = lifecycle.submit(wh, ws, user, JobRequest(benchmark=bench, agent="direct", model_configurations=[mc.name]))
+(cell,) = cells_of(wh, job.id)
+records = cell_run.run_trials(wh, job.id, cell.cell_key)
+scores = store.write_cell(wh, cell.cell_key)
+elapsed = time.perf_counter() - t0
+with wh.query(ws) as con:
+    charged, entries = con.execute("select sum(amount), count(*) from ledger where kind = 'charge'").fetchone()
+    calls = con.execute("select count(*) from transcripts").fetchone()[0]
+print(json.dumps({"elapsed": elapsed, "imports": imports, "trials": len(records),
+                  "scored": sum(r.outcome == "scored" for r in records),
+                  "passed": sum(r.reward == 1.0 for r in records), "charged": str(charged), "charges": entries,
+                  "calls": calls, "status": get_job(wh, job.id, ws).status,
+                  "mean": scores.cells[0].mean if scores.cells else None,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def write_benchmark(root: Path, n: int) -> tuple[Path, Path]:
+    """n static Tasks and the replay that answers them (every 10th answer wrong, so the score is 0.9)."""
+    bench = root / "static-1000"
+    scripts = {}
+    for i in range(n):
+        a, b = 1000 + 7 * i, 3 * i + 11
+        task = bench / f"sum-{i:05d}"
+        task.mkdir(parents=True)
+        (task / "task.toml").write_text(f'version = "1.0"\n\n[metadata.amber.static]\nnumber = {a + b}\n')
+        (task / "instruction.md").write_text(f"Task {i:05d}: what is {a} + {b}? Answer with the number.\n")
+        scripts[task.name] = [f"The sum is {a + b + (1 if i % 10 == 9 else 0)}."]
+    replay = root / "bench-replay.json"
+    replay.write_text(json.dumps({"model": "bench-model", "description": "bench answers", "tasks": scripts}))
+    return bench, replay
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tasks", type=int, default=1000)
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args()
+    with scratch_home("amber-bench-static-", args.keep) as home:
+        bench, replay = write_benchmark(home / "input", args.tasks)
+        double = subprocess.Popen(
+            [sys.executable, "-m", "amber_pipeline.models.provider_double", "--replay", str(replay),
+             "--tasks", str(bench)], stdout=subprocess.PIPE, text=True)
+        try:
+            assert double.stdout is not None
+            url = double.stdout.readline().strip().rsplit(" at ", 1)[1]
+            model = home / "input" / "bench-model.toml"
+            model.write_text(f'name = "bench-model"\nmodel = "bench-model"\nprovider = "openai-compatible"\n'
+                             f'base_url = "{url}"\n[prices]\ninput = 1.0\ncached_input = 0.1\noutput = 5.0\n'
+                             f'source = "bench"\n')
+            t0 = time.perf_counter()
+            result = run_child(CHILD, [str(bench), str(model), getpass.getuser()])
+            print(f"child wall {time.perf_counter() - t0:.2f} s (imports {result['imports']:.2f} s)")
+        finally:
+            double.terminate()
+            double.wait()
+    n = result["trials"]
+    print(f"{n} Trials, {result['scored']} scored, {result['passed']} passed (mean Reward {result['mean']}), "
+          f"{result['calls']} model calls through the proxy, {result['charges']} ledger charges totalling "
+          f"${result['charged']}, Job {result['status']}")
+    print(f"FIGURE static_tasks_per_second {n / result['elapsed']:.1f} tasks/s")
+    print(f"FIGURE static_peak_rss_mb {result['rss_mb']:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
