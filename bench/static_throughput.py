@@ -7,7 +7,9 @@ a Provider's server would be). Measured in a FRESH child process, from the
 Job's submission to its cell scored: the Quote reserved, every call through
 the model proxy (metered, transcripts kept), Trials written to the
 warehouse, the ledger charged in batches, the cell's Rewards and score
-written. The child also reports its peak RSS.
+written. The child also reports its peak RSS. Three children run one after
+the other; the figures are their medians (the disk of a shared machine makes
+single runs vary by half).
 
 Goals: at least 200 Tasks per second, peak RSS at most 500 MB.
 
@@ -19,12 +21,15 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import shutil
+import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from synthetic import run_child, scratch_home
+
+REPEATS = 3
 
 CHILD = r"""
 import json, resource, sys, time
@@ -48,14 +53,17 @@ mc, _ = configurations.add(wh.paths, ws, configurations.read_file(__import__("pa
 imports = time.perf_counter() - t_import
 t0 = time.perf_counter()
 made, job = lifecycle.submit(wh, ws, user, JobRequest(benchmark=bench, agent="direct", model_configurations=[mc.name]))
+t_submit = time.perf_counter()
 (cell,) = cells_of(wh, job.id)
 records = cell_run.run_trials(wh, job.id, cell.cell_key)
+t_run = time.perf_counter()
 scores = store.write_cell(wh, cell.cell_key)
 elapsed = time.perf_counter() - t0
+phases = {"submit": t_submit - t0, "run": t_run - t_submit, "score": elapsed - (t_run - t0)}
 with wh.query(ws) as con:
     charged, entries = con.execute("select sum(amount), count(*) from ledger where kind = 'charge'").fetchone()
     calls = con.execute("select count(*) from transcripts").fetchone()[0]
-print(json.dumps({"elapsed": elapsed, "imports": imports, "trials": len(records),
+print(json.dumps({"elapsed": elapsed, "phases": phases, "imports": imports, "trials": len(records),
                   "scored": sum(r.outcome == "scored" for r in records),
                   "passed": sum(r.reward == 1.0 for r in records), "charged": str(charged), "charges": entries,
                   "calls": calls, "status": get_job(wh, job.id, ws).status,
@@ -97,9 +105,17 @@ def main() -> None:
             model.write_text(f'name = "bench-model"\nmodel = "bench-model"\nprovider = "openai-compatible"\n'
                              f'base_url = "{url}"\n[prices]\ninput = 1.0\ncached_input = 0.1\noutput = 5.0\n'
                              f'source = "bench"\n')
-            t0 = time.perf_counter()
-            result = run_child(CHILD, [str(bench), str(model), getpass.getuser()])
-            print(f"child wall {time.perf_counter() - t0:.2f} s (imports {result['imports']:.2f} s)")
+            results = []
+            for _ in range(REPEATS):
+                shutil.rmtree(home / "warehouse", ignore_errors=True)
+                shutil.rmtree(home / "benchmarks", ignore_errors=True)
+                result = run_child(CHILD, [str(bench), str(model), getpass.getuser()])
+                p = result["phases"]
+                print(f"child: {result['trials'] / result['elapsed']:.1f} Tasks/s: submit (Benchmark Version, "
+                      f"Quote) {p['submit']:.2f} s, run {p['run']:.2f} s, score {p['score']:.2f} s; wall "
+                      f"{result['wall']:.2f} s with {result['imports']:.2f} s of imports; peak RSS "
+                      f"{result['rss_mb']:.0f} MB")
+                results.append(result)
         finally:
             double.terminate()
             double.wait()
@@ -107,8 +123,11 @@ def main() -> None:
     print(f"{n} Trials, {result['scored']} scored, {result['passed']} passed (mean Reward {result['mean']}), "
           f"{result['calls']} model calls through the proxy, {result['charges']} ledger charges totalling "
           f"${result['charged']}, Job {result['status']}")
-    print(f"FIGURE static_tasks_per_second {n / result['elapsed']:.1f} tasks/s")
-    print(f"FIGURE static_peak_rss_mb {result['rss_mb']:.0f} MB")
+    rate = statistics.median(r["trials"] / r["elapsed"] for r in results)
+    print(f"FIGURE static_tasks_per_second {rate:.1f} tasks/s")
+    print(f"FIGURE static_peak_rss_mb {statistics.median(r['rss_mb'] for r in results):.0f} MB")
+    print(f"goal at least 200 Tasks/s and at most 500 MB: "
+          f"{'MET' if rate >= 200 and max(r['rss_mb'] for r in results) <= 500 else 'MISSED'}")
 
 
 if __name__ == "__main__":

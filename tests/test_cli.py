@@ -346,7 +346,8 @@ def test_results_show_each_cell_with_its_ci_and_each_comparison_with_its_verdict
         "over 8 shared Tasks: too close to call")
 
     found = json.loads(ok(cli("results", job.id, "--json")))
-    assert set(found) == {"job", "benchmark", "cells", "comparisons"}
+    assert set(found) == {"job", "benchmark", "cells", "comparisons", "metering_disagreements"}
+    assert found["metering_disagreements"] == []  # these Trials carry no count of the Agent's own
     by_route = {c["route"]: c for c in found["cells"]}
     assert all(set(c) == set(CELL_KEYS) for c in found["cells"])
     assert [round(x, 3) for x in by_route["terminus-2/judge-replay"]["ci95"]] == [low, high]
@@ -372,3 +373,33 @@ def test_a_failed_parquet_write_leaves_nothing(tmp_path: Path, monkeypatch: pyte
     with pytest.raises(OSError):
         Warehouse.write_parquet(pa.table({"a": [1]}), target)
     assert list(target.parent.iterdir()) == []
+
+
+def test_results_show_where_an_agents_own_token_count_disagrees_with_the_proxy(warehouse: Warehouse) -> None:
+    """The Wallet is charged what the proxy metered; an Agent that counts otherwise is shown beside it."""
+    wh = warehouse
+    funded(wh)
+    made = lifecycle.quote(wh, "default", local_user(), request(str(DEMO), "terminus-2", ["replay-strong",
+                                                                                          "replay-weak"]))
+    job = records.get_job(wh, made.job_id, "default")
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    for cell in records.cells_of(wh, job.id):
+        name = cell.model_configuration.split("@")[0]
+        counted = 1_150 if name == "replay-strong" else 1_005  # strong's Agent says 15% more input; weak's 0.5%
+        rows = [TrialRecord(workspace="default", job_id=job.id, cell_key=cell.cell_key,
+                            benchmark_version_id=job.benchmark_version_id, task_name=t, attempt=1,
+                            trial_name=f"{t}__1", agent="terminus-2", agent_version="v", model_configuration=name,
+                            outcome="scored", reward=1.0, errored=False, retries=0, error_type=None,
+                            error_message=None, input_tokens=1_000, output_tokens=100, cost_usd=0.01, started_at=at,
+                            finished_at=at + timedelta(seconds=4), duration_sec=4.0, image_id=None,
+                            trial_dir=str(wh.paths.runs / job.id / "none" / f"{t}__1"), agent_input_tokens=counted,
+                            agent_output_tokens=100) for t in ("fix-off-by-one", "ini-port-change")]
+        wh.write_parquet(trials_table(rows), wh.trials_file(cell_file_id(cell.cell_key), job.id))
+
+    text = ok(cli("results", job.id))
+    assert ("  terminus-2/replay-strong: input 2,000 metered, 2,300 by the Agent; output 200 metered, 200 by the "
+            "Agent") in text.splitlines()
+    assert "replay-weak: input" not in text  # within 1%: no disagreement worth showing
+    found = json.loads(ok(cli("results", job.id, "--json")))
+    assert found["metering_disagreements"] == [{"route": "terminus-2/replay-strong", "metered_input": 2000,
+                                                "agent_input": 2300, "metered_output": 200, "agent_output": 200}]

@@ -163,12 +163,13 @@ def test_model_cost_prices_cached_input_apart() -> None:
 def test_budget_holds_each_call_and_refuses_what_no_longer_fits() -> None:
     mc = model_configuration("claude-sonnet-4.6")  # $3 input, $15 output per million
     budget = Budget(Decimal("0.01"), PRICES, mc)
-    first = budget.hold(Usage(1_000, 0, 0))  # $0.003 of input; no output known yet
+    first = budget.hold(Usage(1_000, 0, 0))  # no call yet: its input, all uncached, $0.003
     assert first == Decimal("0.003") and budget.held == Decimal("0.003")
     assert budget.hold(Usage(2_500, 0, 0)) is None  # $0.003 held + $0.0075 > $0.01
     budget.settle(first, Usage(1_000, 0, 200))  # it cost $0.003 + $0.003
     assert (budget.spent, budget.held) == (Decimal("0.006"), Decimal(0))
-    # Now a call is expected to write as much as the calls so far did: $0.003 of output each.
-    assert budget.hold(Usage(400, 0, 0)) is None  # $0.006 + $0.0012 + $0.003 > $0.01
-    assert budget.hold(Usage(100, 0, 0)) == Decimal("0.0003") + Decimal("0.003")
+    # From now on a call is expected to cost what the calls so far cost on average: $0.006.
+    assert budget.hold(Usage(50_000, 0, 0)) is None  # $0.006 + $0.006 > $0.01, whatever its size
+    budget.limit = Decimal("0.012")
+    assert budget.hold(Usage(50_000, 0, 0)) == Decimal("0.006")
     assert Budget(None, PRICES, mc).hold(Usage(10**9, 0, 0)) is not None

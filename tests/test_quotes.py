@@ -37,6 +37,7 @@ from amber_pipeline.warehouse.schemas import TrialRecord, trials_table
 
 DEMO = PROJECT_ROOT / "examples" / "demo-bench"
 WS = DEFAULT_WORKSPACE
+NOP_PRIOR_SEC = quotes.PRIORS["nop"].sandbox_sec  # the nop Agent's prior, whatever it is measured at
 MICRO = Decimal("0.000001")
 SANDBOX_PER_SEC = Decimal("0.05") / 3600  # the embedded default's price of a sandbox-second
 
@@ -128,7 +129,7 @@ def test_the_prior_is_fitted_to_each_tasks_timeouts(warehouse: Warehouse) -> Non
     """Terminus-2's prior is for 900 s Tasks: a 90 s Task gets a tenth of its tokens and sandbox time; a longer
     Task no more than the prior. Sandbox time never exceeds the agent and Verifier timeouts together."""
     wh = warehouse
-    mc = model_configuration("replay-strong")
+    mc = model_configuration("claude-sonnet-4.6")  # a pair never measured: the Agent's own prior
     cell = Cell("f" * 64, "terminus-2", agent_spec("terminus-2").spec_id, mc.ref)
     tasks = [TaskFacts("long", 1800.0, 600.0, 600.0), TaskFacts("short", 90.0, 30.0, 300.0)]
     p = mc.prices
@@ -144,11 +145,25 @@ def test_the_prior_is_fitted_to_each_tasks_timeouts(warehouse: Warehouse) -> Non
     assert by_task["short"].per_trial == with_headroom(tokens(5_000, 20_000, 800) + sandbox(60))
 
     nop = Cell("f" * 64, "nop", agent_spec("nop").spec_id, NO_MODEL)
-    [quick] = quotes.estimate_tasks(wh, WS, nop, [TaskFacts("quick", 1.0, 1.0, 300.0)])
-    assert quick.per_trial == with_headroom(sandbox(2.0))  # the 2.2 s prior, bounded by 1 s + 1 s
+    [quick] = quotes.estimate_tasks(wh, WS, nop, [TaskFacts("quick", 0.5, 0.5, 300.0)])
+    assert quick.per_trial == with_headroom(sandbox(1.0))  # the 1.8 s prior, bounded by 0.5 s + 0.5 s
     basis = quotes.estimate_cell(wh, WS, cell, tasks, 1).basis
     assert basis.startswith("prior for terminus-2: 250,000 input (200,000 cached) and 8,000 output tokens")
     assert "scaled down to each Task's agent timeout" in basis and "bounded by the Task timeouts" in basis
+
+
+def test_a_measured_pair_is_quoted_on_its_own_prior(warehouse: Warehouse) -> None:
+    """Terminus-2 with a replay configuration was measured (its script is what it is): that prior, not the one
+    for real models, and the cell says so."""
+    mc = model_configuration("replay-weak")
+    cell = Cell("f" * 64, "terminus-2", agent_spec("terminus-2").spec_id, mc.ref)
+    p = mc.prices
+    [est] = quotes.estimate_tasks(warehouse, WS, cell, [TaskFacts("t", 120.0, 60.0, 300.0)])
+    expected = money((Decimal(str(p.input)) * 950 + Decimal(str(p.cached_input)) * 1_950
+                      + Decimal(str(p.output)) * 130) / 1_000_000) + sandbox(3.8)
+    assert est.per_trial == with_headroom(expected)
+    basis = quotes.estimate_cell(warehouse, WS, cell, [TaskFacts("t", 120.0, 60.0, 300.0)], 1).basis
+    assert basis.startswith("measured prior for terminus-2 with replay-weak: 2,900 input (1,950 cached)")
 
 
 def test_a_task_whose_image_is_not_built_pays_one_build_per_cell(warehouse: Warehouse) -> None:
@@ -161,7 +176,7 @@ def test_a_task_whose_image_is_not_built_pays_one_build_per_cell(warehouse: Ware
     assert by_task["new"].build == with_headroom(sandbox(120))  # the build prior
     assert by_task["new-quick-build"].build == with_headroom(sandbox(30))  # bounded by its build timeout
     quoted = quotes.estimate_cell(wh, WS, nop, tasks, 3)
-    per_trial = with_headroom(sandbox(2.2))
+    per_trial = with_headroom(sandbox(NOP_PRIOR_SEC))
     assert Decimal(quoted.total) == 3 * 3 * per_trial + with_headroom(sandbox(120)) + with_headroom(sandbox(30))
     assert quoted.basis.endswith("; 2 image builds of 120 s at most")
 
@@ -174,7 +189,8 @@ def test_a_quote_without_docker_counts_every_image_as_not_built(tmp_path: Path, 
                                                                                        "fix-off-by-one"])), "nop"))
     [cell] = made.cells
     # demo Tasks: build timeout 300 s, so the 120 s build prior holds
-    assert made.amount == Decimal(cell.total) == 2 * (with_headroom(sandbox(2.2)) + with_headroom(sandbox(120)))
+    per_task = with_headroom(sandbox(NOP_PRIOR_SEC)) + with_headroom(sandbox(120))
+    assert made.amount == Decimal(cell.total) == 2 * per_task
     assert "2 image builds" in cell.basis
 
 
@@ -285,7 +301,7 @@ def test_a_job_at_its_ceiling_lists_the_tasks_it_left_and_what_finishing_them_co
     # the oracle's scored Trials are now the cell's history, their sandbox time priced at today's prices
     oracle_mean = sandbox(sum(r.duration_sec for r in scored)) / len(scored)
     expected = {"oracle": {t: with_headroom(oracle_mean) for t in names if t not in {r.task_name for r in scored}},
-                "nop": {t: with_headroom(sandbox(2.2)) for t in names}}  # images built by the oracle's Trials
+                "nop": {t: with_headroom(sandbox(NOP_PRIOR_SEC)) for t in names}}  # images built by the oracle's Trials
 
     found = json.loads(ok(cli("results", job.id, "--json")))
     missing = {m["route"]: m for m in found["missing_tasks"]}

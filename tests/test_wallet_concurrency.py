@@ -231,6 +231,29 @@ def test_a_retried_charge_writes_one_entry(warehouse: Warehouse) -> None:
     assert (state.balance, state.reserved, state.available) == (Decimal("9.676544"), 0, Decimal("9.676544"))
 
 
+
+
+def test_a_batch_of_charges_stops_at_the_quote_and_charges_each_key_once(warehouse: Warehouse) -> None:
+    """The static fast path charges Trials in batches: the same rules as one by one, in order."""
+    funded(warehouse, WORKSPACE, "10")
+    with warehouse.write() as con:
+        wallet.reserve(con, WORKSPACE, "quote-b", "job-b", Decimal("1.00"), datetime.now(UTC))
+        wallet.charge(con, WORKSPACE, "quote-b", "job-b", "t/0", Decimal("0.10"))  # charged by an earlier run
+        got = wallet.charge_many(con, WORKSPACE, "quote-b", "job-b", [
+            ("t/0", Decimal("0.50")), ("t/1", Decimal("0.40")), ("t/1", Decimal("0.40")), ("t/2", Decimal(0)),
+            ("t/3", Decimal("0.45")), ("t/4", Decimal("0.30"))])
+    assert [(c.amount, c.ceiling_reached, c.earlier) for c in got] == [
+        (Decimal(0), False, Decimal("0.10")),  # never twice: the earlier charge stands
+        (Decimal("0.40"), False, None),
+        (Decimal(0), False, Decimal("0.40")),  # the same key twice in one batch: once
+        (Decimal(0), False, None),  # nothing spent, nothing written
+        (Decimal("0.45"), False, None),
+        (Decimal("0.05"), True, None),  # only what is left of the Quote, and the ceiling is reached
+    ]
+    charges = [r for r in ledger_rows(warehouse, WORKSPACE) if r[1] == "charge"]
+    assert sum(r[2] for r in charges) == Decimal("1.00")
+    assert sorted(r[5] for r in charges) == ["charge:t/0", "charge:t/1", "charge:t/3", "charge:t/4"]
+
 # ---- 3. a cell run killed with SIGKILL, then run again ---------------------------------------------------------
 
 CRASH_TASKS = ("count-log-errors", "fix-off-by-one", "ini-port-change")  # run in this (sorted) order

@@ -320,7 +320,7 @@ def render_text(report: Mapping[str, Any]) -> str:
                        ("Tasks never attempted", "unattempted_tasks")):
         if report[key]:
             lines.append(f"  {title}: {_names(report[key])}")
-    lines += ["", *render_cells(report)]
+    lines += ["", *render_cells(report), *render_metering(report)]
     t = report["totals"]
     lines += ["", f"Totals: {t['trials']} Trials, {t['input_tokens']} input and {t['output_tokens']} output tokens, "
                   f"{t['cost_usd']:.4f} USD, {t['duration_sec']:.1f} s of Trial time"]
@@ -345,6 +345,17 @@ def render_cells(report: Mapping[str, Any]) -> list[str]:
         lines.append(f"  {c['better']} vs {c['worse']}: mean Reward difference {_p(c['mean_difference'], 3)}, "
                      f"95% CI [{_p(low, 3)}, {_p(high, 3)}] over {c['n_shared_tasks']} shared Tasks: {verdict}")
     return lines + render_missing(report)
+
+
+def render_metering(report: Mapping[str, Any]) -> list[str]:
+    """Where an Agent's own token count disagrees with what the model proxy metered (the proxy's is charged)."""
+    found = report.get("metering_disagreements") or []
+    if not found:
+        return []
+    lines = ["", "Metered by the model proxy (and charged) vs the Agent's own count"]
+    lines += [f"  {m['route']}: input {m['metered_input']:,} metered, {m['agent_input']:,} by the Agent; "
+              f"output {m['metered_output']:,} metered, {m['agent_output']:,} by the Agent" for m in found]
+    return lines
 
 
 def render_missing(report: Mapping[str, Any]) -> list[str]:

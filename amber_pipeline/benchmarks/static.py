@@ -109,13 +109,14 @@ class _Invalid(ValueError):
         return AmberError(f"{task_dir / 'task.toml'} has an invalid static check: {self.problem}; {self.fix}.")
 
 
-def static_checks(task_dir: Path, raw: dict[str, Any] | None = None) -> StaticChecks | None:
+def static_checks(task_dir: Path, raw: dict[str, Any] | None = None,
+                  instruction_text: str | None = None) -> StaticChecks | None:
     """The checks of a static Task, or None when the Task folder is not a static Task.
 
     A folder without `[metadata.amber.static]` is not static (with or without an
     Environment). A folder with it must have no Environment, valid checks and an
-    Instruction whose turns are all non-empty. ``raw`` is its task.toml when the
-    caller has read it already.
+    Instruction whose turns are all non-empty. ``raw`` (its task.toml) and
+    ``instruction_text`` are given when the caller has read them already.
     """
     toml_path = task_dir / "task.toml"
     try:
@@ -140,9 +141,11 @@ def static_checks(task_dir: Path, raw: dict[str, Any] | None = None) -> StaticCh
     except _Invalid as e:
         raise e.error(task_dir) from None
     instruction = task_dir / "instruction.md"
-    if not instruction.is_file():
-        raise AmberError(f"Static Task {task_dir.name} has no instruction.md: add one at {instruction}.")
-    turns(instruction.read_text(), source=instruction)
+    if instruction_text is None:
+        if not instruction.is_file():
+            raise AmberError(f"Static Task {task_dir.name} has no instruction.md: add one at {instruction}.")
+        instruction_text = instruction.read_text()
+    turns(instruction_text, source=instruction)
     return checks
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,9 @@ class TaskSpec:
     instruction: str
     agent_timeout_sec: float | None
     static: StaticChecks | None = None  # set for a static Task (no Environment, built-in Verifier)
+    verifier_timeout_sec: float | None = None
+    build_timeout_sec: float = 0.0
+    docker_image: str | None = None  # a prebuilt image named in task.toml instead of environment/Dockerfile
 
 
 def find_task_dirs(path: Path) -> list[Path]:
@@ -60,10 +64,15 @@ def load_task(task_dir: Path, base: Path) -> TaskSpec:
     instruction_path = task_dir / "instruction.md"
     if not instruction_path.is_file():
         raise AmberError(f"Task {name} has no instruction.md: add one at {instruction_path}.")
+    instruction = instruction_path.read_text()
+    folder, root = str(task_dir), str(base)  # plain strings: pathlib's relative_to is slow at 1,000 Tasks
     return TaskSpec(
         name=name,
-        folder=task_dir.relative_to(base).as_posix() or ".",
-        instruction=instruction_path.read_text(),
+        folder=folder[len(root) + 1:].replace(os.sep, "/") if folder != root else ".",
+        instruction=instruction,
         agent_timeout_sec=config.agent.timeout_sec,
-        static=static_checks(task_dir, raw),
+        static=static_checks(task_dir, raw, instruction),
+        verifier_timeout_sec=config.verifier.timeout_sec,
+        build_timeout_sec=config.environment.build_timeout_sec,
+        docker_image=config.environment.docker_image,
     )

@@ -57,6 +57,13 @@ def content_hash(task_dirs: list[Path], base: Path) -> str:
     return h.hexdigest()
 
 
+def _copy_file(source: str, target: str) -> None:
+    """A file's bytes and whether it is executable: all a Task keeps of a file (times and owners are not)."""
+    shutil.copyfile(source, target)
+    if os.stat(source).st_mode & stat.S_IXUSR:
+        os.chmod(target, 0o755)
+
+
 def snapshot(source: Path, store: Path, name: str | None = None) -> BenchmarkVersion:
     """Load a Benchmark folder and copy it, once, into the content-addressed store."""
     source = source.resolve()
@@ -73,8 +80,9 @@ def snapshot(source: Path, store: Path, name: str | None = None) -> BenchmarkVer
     if not root.exists():
         staging = store / f".{version_id}.{uuid.uuid4().hex}.tmp"
         try:
+            prefix = len(str(base)) + 1
             for d in task_dirs:
-                shutil.copytree(d, staging / d.relative_to(base), symlinks=False)
+                shutil.copytree(d, staging / str(d)[prefix:], symlinks=False, copy_function=_copy_file)
             staging.rename(root)
         except OSError:
             if not root.is_dir():  # another process stored the same version first: that is fine

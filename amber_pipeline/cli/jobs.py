@@ -126,7 +126,8 @@ def results(ctx: typer.Context, job_id: options.JobId, as_json: options.Json = F
         found = {"cells": [], "comparisons": [], "missing_tasks": missing}  # no Trial ran: only what is missing
     if as_json:
         out.json({"job": job.id, "benchmark": job.benchmark_label, "cells": found["cells"],
-                  "comparisons": found["comparisons"]}
+                  "comparisons": found["comparisons"],
+                  "metering_disagreements": found.get("metering_disagreements", [])}
                  | ({"missing_tasks": found["missing_tasks"]} if "missing_tasks" in found else {}))
         return
     out.line(f"{job.id} on {job.benchmark_label}")
@@ -140,8 +141,10 @@ def results(ctx: typer.Context, job_id: options.JobId, as_json: options.Json = F
 
 def _job_report(acting: Acting, job_id: str) -> dict:
     """The report of a Job: the one path `results`, `job wait` and `amber report` take."""
-    return report.build_report(sources.load(acting.wh, acting.workspace, job_id),
-                               missing_tasks=missing_tasks_of(acting, job_id))
+    found = report.build_report(sources.load(acting.wh, acting.workspace, job_id),
+                                missing_tasks=missing_tasks_of(acting, job_id))
+    found["metering_disagreements"] = records.metering_disagreements(acting.wh, acting.workspace, job_id)
+    return found
 
 
 def missing_tasks_of(acting: Acting, job_id: str) -> list[dict] | None:
@@ -153,7 +156,7 @@ def missing_tasks_of(acting: Acting, job_id: str) -> list[dict] | None:
 
 
 def _print_cells(found: dict) -> None:
-    for line in report.render_cells(found):
+    for line in report.render_cells(found) + report.render_metering(found):
         out.line(line)
 
 

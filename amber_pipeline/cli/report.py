@@ -20,6 +20,7 @@ from amber_pipeline.cli.context import Acting, Context
 from amber_pipeline.cli.jobs import missing_tasks_of
 from amber_pipeline.cli.output import out
 from amber_pipeline.errors import AmberError
+from amber_pipeline.jobs import records
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.files import write_text
 
@@ -78,15 +79,18 @@ def _plotter() -> Callable[[dict[str, Any], Path], None]:
     return forest_plot
 
 
-def _missing_tasks(acting: Acting, source: str) -> list[dict] | None:
-    """The missing Tasks of a Job that stopped early; None for any other source (a folder, a Job whose Trials
-    are here but whose record is not)."""
+def _job_record(acting: Acting, source: str) -> dict[str, Any]:
+    """What an Amber Job's record adds to its report (the Tasks it left missing, where the Agent's own token
+    count disagrees with the proxy's); nothing for a folder or a Job whose Trials are here but whose record
+    is not."""
     if not source.startswith("job-") or Path(source).exists():
-        return None
+        return {}
     try:
-        return missing_tasks_of(acting, source)
+        missing = missing_tasks_of(acting, source)
     except AmberError:
-        return None
+        return {}
+    return {"missing_tasks": missing,
+            "metering_disagreements": records.metering_disagreements(acting.wh, acting.workspace, source)}
 
 
 @app.command("report")
@@ -107,9 +111,11 @@ def report_cmd(
     given_labels = read_labels(labels) if labels is not None else None
     acting = Context.of(ctx).acting()
     evidence = sources.load(acting.wh, acting.workspace, source)
-    missing = _missing_tasks(acting, source)
+    job = _job_record(acting, source)
     result = build_report(evidence, all_tasks=all_tasks, task_time_limits=limits, labels=given_labels,
-                          missing_tasks=missing)
+                          missing_tasks=job.get("missing_tasks"))
+    if job:
+        result["metering_disagreements"] = job["metering_disagreements"]
     if as_json:
         text = json.dumps(result, indent=2, allow_nan=False)
         path = report_path(acting.wh, source, evidence)

@@ -3,10 +3,13 @@
 The Quote is the Job's spending ceiling. The ledger enforces it when a Trial
 is charged, which is too late for model calls: a runaway Agent could spend far
 past it inside one Trial. So each cell run gives the proxy its share of the
-Quote. Before a call the proxy holds its expected cost (its input, known
-upfront, plus the mean output of the cell's calls so far); a call whose hold
-does not fit beside what was spent and what calls in flight hold is refused.
-After the call the hold gives way to what it really cost. The cell's share,
+Quote. Before a call the proxy holds its expected cost: the mean cost of the
+cell's calls so far, or before there is one, the call's input as if none of
+it were cached (the body's size is all that is known upfront, and pricing it
+all as uncached input would overstate a conversation's later calls, whose
+input the Provider mostly serves from its cache). A call whose hold does not
+fit beside what was spent and what calls in flight hold is refused. After the
+call the hold gives way to what it really cost. The cell's share,
 not the Job's remainder, because cells run in separate processes and each
 must decide alone. What still slips past (the first calls' output, before
 any mean is known) is stopped by the ledger, which never charges past the
@@ -34,14 +37,12 @@ class Budget:
     spent: Decimal = Decimal(0)
     held: Decimal = Decimal(0)
     _calls: int = 0
-    _output: Decimal = Decimal(0)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def hold(self, upfront: Usage) -> Decimal | None:
         """Hold the call's expected cost, or None when it does not fit."""
-        cost = self.prices.model_cost(self.mc, upfront)
         with self._lock:
-            expected = cost + (self._output / self._calls if self._calls else Decimal(0))
+            expected = self.spent / self._calls if self._calls else self.prices.model_cost(self.mc, upfront)
             if self.limit is not None and self.spent + self.held + expected > self.limit:
                 return None
             self.held += expected
@@ -50,9 +51,7 @@ class Budget:
     def settle(self, hold: object, used: Usage) -> None:
         assert isinstance(hold, Decimal)
         cost = self.prices.model_cost(self.mc, used)
-        output = self.prices.model_cost(self.mc, Usage(0, 0, used.output_tokens))
         with self._lock:
             self.held -= hold
             self.spent += cost
             self._calls += 1
-            self._output += output

@@ -5,7 +5,8 @@ cost of one Trial of that Task, taken from the first of:
 
 1. this Workspace's earlier scored Trials of this Task in this cell (their mean);
 2. its earlier scored Trials of this cell on other Tasks (their mean);
-3. the Agent's prior (`PRIORS`), fitted to what the Task says of itself: its
+3. the prior of the Agent with this Model Configuration when that pair's use
+   was measured (`PAIR_PRIORS`), else the Agent's (`PRIORS`), fitted to what the Task says of itself: its
    tokens and sandbox time scaled down to the Task's agent timeout when the
    prior was taken on Tasks with longer ones, and its sandbox time bounded by
    the Task's agent and Verifier timeouts.
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import json
 import math
-import tomllib
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -44,9 +44,8 @@ import requests
 from docker.errors import DockerException
 
 from amber_pipeline.agents.catalog import agent_spec
-from amber_pipeline.benchmarks.tasks import TASK_FILE
 from amber_pipeline.benchmarks.versions import BenchmarkVersion
-from amber_pipeline.cells import NO_MODEL, Cell
+from amber_pipeline.cells import NO_MODEL, Cell, model_name
 from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs.records import JobCell
 from amber_pipeline.models.configurations import ModelConfiguration, model_configuration
@@ -87,14 +86,27 @@ class Prior:
 # of the agent timeout. We take round numbers inside that order of magnitude, not a fitted mean: 250k input with
 # 80% cached, 8k output, 600 s of sandbox. On a Task with a shorter agent timeout the Agent has less time to spend
 # them, so they scale down with it (never up: Terminus-2 summarizes its context on long Tasks).
-# oracle and nop: measured on the demo Tasks (examples/demo-bench, images built, two Trials at a time on a shared
-# machine, bench/quote_accuracy.py): over five runs the oracle's Trials took 2.5-3.4 s on average (mean 2.9 s),
-# nop's 1.8-2.5 s (mean 2.2 s), container start-up and Verifier included. Tasks whose solution or Verifier runs
-# longer are not known until they have run.
+# oracle and nop: measured on the demo Tasks (examples/demo-bench, images built, two Trials at a time,
+# bench/quote_accuracy.py): on a busy machine the oracle's Trials took 2.5-3.4 s on average, nop's 1.8-2.5 s; on
+# a quiet one 1.7 s and 1.4 s, container start-up and Verifier included. The priors sit where the headroom covers
+# both (2.3 s and 1.8 s). Tasks whose solution or Verifier runs longer are not known until they have run.
 # direct: one call with a static Task's Instruction and a short answer.
 PRIORS = {"terminus-2": Prior(250_000, 8_000, 600.0, cached_input_tokens=200_000, reference_agent_sec=900.0),
-          "oracle": Prior(0, 0, 2.9), "nop": Prior(0, 0, 2.2), "direct": Prior(400, 300, 0.0)}
+          "oracle": Prior(0, 0, 2.3), "nop": Prior(0, 0, 1.8), "direct": Prior(400, 300, 0.0)}
 UNKNOWN_PRIOR = PRIORS["terminus-2"]  # an Agent without its own prior is assumed to spend like Terminus-2
+# Agent x Model Configuration pairs whose use was measured, which say more than the Agent's prior: the replay
+# configurations' scripts on the demo Tasks (bench/quote_accuracy.py, 16 Trials each, metered by the proxy: mean
+# input with cached, output, sandbox seconds). A pair's prior, like an Agent's, gives way to history.
+PAIR_PRIORS = {("terminus-2", "replay-strong"): Prior(4_500, 240, 4.7, cached_input_tokens=3_350),
+               ("terminus-2", "replay-weak"): Prior(2_900, 130, 3.8, cached_input_tokens=1_950)}
+
+
+def prior_of(cell: Cell) -> tuple[Prior, str]:
+    """The prior a cell never run is quoted on, and how to name it: its pair's measured one, else its Agent's."""
+    model = model_name(cell.model_configuration)
+    if (cell.agent, model) in PAIR_PRIORS:
+        return PAIR_PRIORS[(cell.agent, model)], f"measured prior for {cell.agent} with {model}"
+    return PRIORS.get(cell.agent, UNKNOWN_PRIOR), f"prior for {cell.agent}"
 
 
 @dataclass(frozen=True)
@@ -156,10 +168,7 @@ class Quote:
 # ---- what is known of the Tasks ----------------------------------------------------------------------------
 
 def task_facts(version: BenchmarkVersion) -> list[TaskFacts]:
-    """The Benchmark Version's Tasks as a Quote sees them (Harbor's task.toml: [agent].timeout_sec,
-    [verifier].timeout_sec, [environment].build_timeout_sec and docker_image)."""
-    from harbor.models.task.config import TaskConfig  # deferred: harbor imports are slow
-
+    """The Benchmark Version's Tasks as a Quote sees them: their time limits, and whether their images are built."""
     from amber_pipeline.sandbox.environment import image_tag
 
     built = _local_images() if any(t.static is None for t in version.tasks) else None
@@ -168,11 +177,9 @@ def task_facts(version: BenchmarkVersion) -> list[TaskFacts]:
         if task.static is not None:
             facts.append(TaskFacts(task.name, task.agent_timeout_sec, static=True))
             continue
-        folder = version.task_path(task)
-        config = TaskConfig.model_validate(tomllib.loads((folder / TASK_FILE).read_text()))
-        tag = image_tag(folder / "environment", config.environment.docker_image)
-        facts.append(TaskFacts(task.name, config.agent.timeout_sec, config.verifier.timeout_sec,
-                               config.environment.build_timeout_sec, image_built=built is not None and tag in built))
+        tag = image_tag(version.task_path(task) / "environment", task.docker_image)
+        facts.append(TaskFacts(task.name, task.agent_timeout_sec, task.verifier_timeout_sec, task.build_timeout_sec,
+                               image_built=built is not None and tag in built))
     return facts
 
 
@@ -236,7 +243,7 @@ def estimate_tasks(wh: Warehouse, workspace: str, cell: Cell, tasks: Sequence[Ta
 def _estimates(wh: Warehouse, workspace: str, cell: Cell, tasks: Sequence[TaskFacts], history: dict[str, Used],
                prices: Prices) -> list[TaskEstimate]:
     of_cell = sum(history.values(), Used())
-    prior = PRIORS.get(cell.agent, UNKNOWN_PRIOR)
+    prior, _ = prior_of(cell)
     sandboxed = not agent_spec(cell.agent).static
     mc = (model_configuration(cell.model_configuration, wh.paths, workspace)
           if cell.model_configuration != NO_MODEL else None)
@@ -254,7 +261,7 @@ def _estimates(wh: Warehouse, workspace: str, cell: Cell, tasks: Sequence[TaskFa
     return estimates
 
 
-def _describe(agent: str, prior: Prior) -> str:
+def _describe(prior: Prior, name: str) -> str:
     uses = []
     if prior.input_tokens or prior.output_tokens:
         uses.append(f"{prior.input_tokens:,} input ({prior.cached_input_tokens:,} cached) and "
@@ -263,10 +270,10 @@ def _describe(agent: str, prior: Prior) -> str:
         uses.append(f"{prior.sandbox_sec:g} s of sandbox")
     scaled = (f" on a {prior.reference_agent_sec:g} s Task, scaled down to each Task's agent timeout"
               if prior.reference_agent_sec else "")
-    return f"prior for {agent}: {', '.join(uses) or 'nothing'} per Trial{scaled}"
+    return f"{name}: {', '.join(uses) or 'nothing'} per Trial{scaled}"
 
 
-def _basis(agent: str, estimates: Sequence[TaskEstimate], measured: int, bounded: bool) -> str:
+def _basis(cell: Cell, estimates: Sequence[TaskEstimate], measured: int, bounded: bool) -> str:
     """Which estimates the cell used, in one phrase."""
     count = {b: sum(e.basis == b for e in estimates) for b in ("task", "cell", "prior")}
     parts = []
@@ -275,8 +282,7 @@ def _basis(agent: str, estimates: Sequence[TaskEstimate], measured: int, bounded
     if count["cell"]:
         parts.append(f"{count['cell']} Tasks at the cell's mean of {measured} Trials")
     if count["prior"]:
-        prior = _describe(agent, PRIORS.get(agent, UNKNOWN_PRIOR))
-        parts.append(prior + (", bounded by the Task timeouts" if bounded else "")
+        parts.append(_describe(*prior_of(cell)) + (", bounded by the Task timeouts" if bounded else "")
                      + (f" ({count['prior']} Tasks)" if count["task"] or count["cell"] else ""))
     builds = sum(e.build > 0 for e in estimates)
     if builds:
@@ -295,7 +301,7 @@ def estimate_cell(wh: Warehouse, workspace: str, cell: Cell, tasks: int | Sequen
     per_trial = usd(total / n_trials) if n_trials else Decimal(0)
     measured = sum(used.trials for used in history.values())
     bounded = any(f.agent_timeout_sec is not None and f.verifier_timeout_sec is not None for f in facts)
-    basis = _basis(cell.agent, estimates, measured, bounded)
+    basis = _basis(cell, estimates, measured, bounded)
     return CellQuote(cell.key, cell.label, len(facts), trials_per_task, str(per_trial), basis, str(total), str(total))
 
 

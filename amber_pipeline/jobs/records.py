@@ -125,3 +125,23 @@ def run_dir(wh: Warehouse, job_id: str, cell: Cell) -> Path:
 def trials_finished(wh: Warehouse, job_id: str) -> int:
     """Trials of the Job that have a result so far (Harbor writes result.json last)."""
     return sum(1 for _ in (wh.paths.runs / job_id).glob("*/*/result.json"))
+
+
+# An Agent's own token count is compared with the proxy's only past this gap: tokenizers and rounding differ a little.
+METERING_TOLERANCE = 0.01
+
+
+def metering_disagreements(wh: Warehouse, workspace: str, job_id: str) -> list[dict]:
+    """Per Agent x Model Configuration of the Job, where the Agent's own token count differs from what the model
+    proxy metered (and charged) by more than 1%: both counts, so a report can show them side by side."""
+    with wh.query(workspace) as con:
+        rows = con.execute("""
+            select agent || '/' || model_configuration, sum(input_tokens), sum(agent_input_tokens),
+                   sum(output_tokens), sum(agent_output_tokens)
+            from trials where job_id = ? and agent_input_tokens is not null group by all order by 1""",
+                           [job_id]).fetchall()
+    def differs(metered: int, reported: int) -> bool:
+        return abs(metered - reported) > METERING_TOLERANCE * max(metered, reported, 1)
+    return [{"route": route, "metered_input": int(mi), "agent_input": int(ai), "metered_output": int(mo),
+             "agent_output": int(ao)} for route, mi, ai, mo, ao in rows
+            if differs(int(mi), int(ai)) or differs(int(mo), int(ao or 0))]
