@@ -43,7 +43,7 @@ REPORT_KEYS = (
     "sources", "routes", "headline_routes", "n_trials", "pass_rate", "strict_pass_rate", "attempt_pass_rate",
     "detectable_change_points", "attempts_per_task", "pass_at_k", "pass_hat_k", "unstable_tasks",
     "unscored_model_tasks", "unattempted_tasks", "outcomes", "failure_causes", "near_misses", "cells", "comparisons",
-    "totals", "missing_tasks",
+    "totals", "missing_tasks", "metering_disagreements",
     "n_labels", "cohen_kappa", "krippendorff_alpha", "label_guidance", "label_disagreements", "labels_unmatched",
 )
 CELL_KEYS = ("source", "route", "agent", "model", "mean_reward", "ci95", "pass_rate", "strict_pass_rate",

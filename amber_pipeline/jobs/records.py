@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
 from amber_pipeline.benchmarks.registry import PUBLIC
-from amber_pipeline.cells import NO_MODEL, Cell, model_name
+from amber_pipeline.cells import NO_MODEL, Cell, cell_file_id, model_name
 from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.warehouse.catalog import Warehouse
@@ -123,8 +125,17 @@ def run_dir(wh: Warehouse, job_id: str, cell: Cell) -> Path:
 
 
 def trials_finished(wh: Warehouse, job_id: str) -> int:
-    """Trials of the Job that have a result so far (Harbor writes result.json last)."""
-    return sum(1 for _ in (wh.paths.runs / job_id).glob("*/*/result.json"))
+    """Trials of the Job that have a result so far: a cell's stored Trials once its run wrote them, else its
+    Trial folders with a result (Harbor writes result.json last; static Trials have no folder)."""
+    done = 0
+    for cell in cells_of(wh, job_id):
+        file_id = cell_file_id(cell.cell_key)
+        stored = wh.trials_file(file_id, job_id)
+        if stored.is_file():
+            done += pq.ParquetFile(stored).metadata.num_rows
+        else:
+            done += sum(1 for _ in (wh.paths.runs / job_id / file_id).glob("*/result.json"))
+    return done
 
 
 # An Agent's own token count is compared with the proxy's only past this gap: tokenizers and rounding differ a little.
