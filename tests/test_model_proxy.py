@@ -548,7 +548,7 @@ def test_provider_errors_are_passed_on_and_signalled(proxy: ModelProxy, double: 
     r = post(proxy, case, g.token, case.body([INSTRUCTION], stream))
     status = _status_of(kind, case)
     assert r.status_code == status, r.text
-    expected = Signal.RATE_LIMIT if kind == "rate_limit" else Signal.SERVER_ERROR
+    expected = Signal.UPSTREAM_RATE_LIMIT if kind == "rate_limit" else Signal.UPSTREAM_SERVER_ERROR
     assert g.signals == [expected]
     assert (r.headers.get("retry-after") == "7") is (kind == "rate_limit")
     error = r.json()["error"]  # the Provider's own error body, in its own shape
@@ -573,7 +573,7 @@ def test_a_provider_slower_than_the_read_timeout_is_a_timeout(double: ProviderDo
         double.inject(Fault("slow", delay_sec=3.0))
         r = post(proxy, case, g.token, case.body([INSTRUCTION], stream))
         assert r.status_code == 504, r.text
-        assert g.signals == [Signal.TIMEOUT] and g.calls[0].signal == "upstream_timeout"
+        assert g.signals == [Signal.UPSTREAM_TIMEOUT] and g.calls[0].signal == "upstream_timeout"
         assert g.usage == Usage()
 
 
@@ -596,7 +596,7 @@ def test_a_cut_connection_is_a_dropped_call(proxy: ModelProxy, double: ProviderD
         assert error["type" if case.wire is Wire.MESSAGES else "code"] == (
             "api_error" if case.wire is Wire.MESSAGES else "upstream_dropped")
         assert REPLY not in r.text
-    assert g.signals == [Signal.DROPPED]
+    assert g.signals == [Signal.UPSTREAM_DROPPED]
     assert g.calls[0].signal == "upstream_dropped"
 
 
@@ -615,14 +615,14 @@ def test_another_upstream_than_the_pinned_one_is_a_mismatch_and_its_answer_is_wi
         assert r.status_code == 502
         assert r.json()["error"]["code"] == "provider_mismatch"
         assert "SomeOtherHost" in r.json()["error"]["message"] and REPLY[:20] not in r.text
-    assert g.signals == [Signal.MISMATCH]
+    assert g.signals == [Signal.PROVIDER_MISMATCH]
     (call,) = g.calls
     assert call.served_by == "SomeOtherHost" and call.signal == "provider_mismatch"
     assert "SomeOtherHost" in call.response  # the transcript keeps what the other Provider said
     # The pinned upstream, named as OpenRouter names it in answers ("DeepInfra" for the slug "deepinfra"), is fine.
     double.inject(Fault("other_provider", served_by="DeepInfra"))
     assert post(proxy, case, g.token, case.body([INSTRUCTION])).status_code == 200
-    assert g.signals == [Signal.MISMATCH]
+    assert g.signals == [Signal.PROVIDER_MISMATCH]
 
 
 def test_only_openrouter_configurations_are_checked_for_the_serving_provider(proxy: ModelProxy,

@@ -120,7 +120,7 @@ def results(ctx: typer.Context, job_id: options.JobId, as_json: options.Json = F
     try:
         found = _job_report(acting, job.id)
     except sources.NoTrials:
-        missing = missing_tasks_of(acting, job.id)
+        missing = job_record(acting, job.id)["missing_tasks"]
         if missing is None:
             raise
         found = {"cells": [], "comparisons": [], "missing_tasks": missing}  # no Trial ran: only what is missing
@@ -140,19 +140,22 @@ def results(ctx: typer.Context, job_id: options.JobId, as_json: options.Json = F
 
 
 def _job_report(acting: Acting, job_id: str) -> dict:
-    """The report of a Job: the one path `results`, `job wait` and `amber report` take."""
+    """The report of a Job: the one path `results` and `job wait` take."""
+    record = job_record(acting, job_id)
     found = report.build_report(sources.load(acting.wh, acting.workspace, job_id),
-                                missing_tasks=missing_tasks_of(acting, job_id))
-    found["metering_disagreements"] = records.metering_disagreements(acting.wh, acting.workspace, job_id)
-    return found
+                                missing_tasks=record["missing_tasks"])
+    return found | {"metering_disagreements": record["metering_disagreements"]}
 
 
-def missing_tasks_of(acting: Acting, job_id: str) -> list[dict] | None:
-    """A Job that stopped early: its Tasks without a scored Trial per cell (`quotes.MissingCell`, as JSON), what
-    `build_report` shows as ``missing_tasks``; for any other Job None."""
-    if records.get_job(acting.wh, job_id, acting.workspace).status not in lifecycle.STOPPED_EARLY:
-        return None
-    return [m.as_json() for m in lifecycle.missing_tasks(acting.wh, acting.workspace, job_id)]
+def job_record(acting: Acting, job_id: str) -> dict:
+    """What a Job's record adds to the report of its Trials: for a Job that stopped early (ceiling_reached or
+    cancelled), its Tasks without a scored Trial per cell (`quotes.MissingCell`, as JSON; else None), and where an
+    Agent's own token count disagrees with what the model proxy metered."""
+    job = records.get_job(acting.wh, job_id, acting.workspace)
+    missing = ([m.as_json() for m in lifecycle.missing_tasks(acting.wh, acting.workspace, job.id)]
+               if job.status in lifecycle.STOPPED_EARLY else None)
+    return {"missing_tasks": missing,
+            "metering_disagreements": records.metering_disagreements(acting.wh, acting.workspace, job.id)}
 
 
 def _print_cells(found: dict) -> None:
@@ -192,7 +195,7 @@ def follow(acting: Acting, job_id: str) -> None:
         found = _job_report(acting, job_id)
     except sources.NoTrials:
         out.line(f"{job_id} has no results: no Trial of it ran.")
-        for line in report.render_missing({"missing_tasks": missing_tasks_of(acting, job_id)}):
+        for line in report.render_missing({"missing_tasks": job_record(acting, job_id)["missing_tasks"]}):
             out.line(line)
         return
     _print_cells(found)

@@ -17,10 +17,9 @@ from amber_pipeline.analysis.trial_folders import HARBOR_PREFIX
 from amber_pipeline.benchmarks.tasks import find_task_dirs, load_task
 from amber_pipeline.cli import options
 from amber_pipeline.cli.context import Acting, Context
-from amber_pipeline.cli.jobs import missing_tasks_of
+from amber_pipeline.cli.jobs import job_record
 from amber_pipeline.cli.output import out
 from amber_pipeline.errors import AmberError
-from amber_pipeline.jobs import records
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.files import write_text
 
@@ -86,11 +85,9 @@ def _job_record(acting: Acting, source: str) -> dict[str, Any]:
     if not source.startswith("job-") or Path(source).exists():
         return {}
     try:
-        missing = missing_tasks_of(acting, source)
+        return job_record(acting, source)
     except AmberError:
         return {}
-    return {"missing_tasks": missing,
-            "metering_disagreements": records.metering_disagreements(acting.wh, acting.workspace, source)}
 
 
 @app.command("report")

@@ -13,11 +13,11 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from amber_pipeline.jobs import outcomes
 from amber_pipeline.jobs.budget import Budget
 from amber_pipeline.models.configurations import ModelConfiguration
 from amber_pipeline.models.endpoint import Upstream, serving
 from amber_pipeline.models.proxy import Call, Grant, ModelProxy
+from amber_pipeline.models.signals import ProviderSignal
 from amber_pipeline.models.wire import Usage
 
 
@@ -55,8 +55,8 @@ class CellModels:
         return grant.usage
 
     @staticmethod
-    def signals(grant: Grant | None) -> list[outcomes.ProviderSignal]:
-        return [outcomes.ProviderSignal(s.value) for s in grant.signals] if grant is not None else []
+    def signals(grant: Grant | None) -> list[ProviderSignal]:
+        return list(grant.signals) if grant is not None else []
 
 
 @contextlib.contextmanager

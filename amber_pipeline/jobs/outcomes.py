@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from amber_pipeline.models.signals import ProviderSignal
+
 MAX_RETRIES = 2
 
 
@@ -46,15 +48,6 @@ class Kind(StrEnum):
     SCORED = "scored"
     ERRORED = "errored"
     CANCELLED = "cancelled"
-
-
-class ProviderSignal(StrEnum):
-    UPSTREAM_RATE_LIMIT = "upstream_429"
-    UPSTREAM_SERVER_ERROR = "upstream_5xx"
-    UPSTREAM_TIMEOUT = "upstream_timeout"
-    UPSTREAM_DROPPED = "upstream_dropped"
-    PROVIDER_MISMATCH = "provider_mismatch"
-    CEILING = "ceiling_reached"  # the proxy refused a call that would pass the Job's Quote
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ share of the Quote is refused and no new Trial starts.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -30,7 +29,7 @@ from amber_pipeline.benchmarks.tasks import TaskSpec
 from amber_pipeline.jobs import outcomes
 from amber_pipeline.jobs.budget import Budget
 from amber_pipeline.jobs.cell_models import CellModels, cell_models
-from amber_pipeline.jobs.trial_runner import CellOutput, CellRun, trial_name
+from amber_pipeline.jobs.trial_runner import CellOutput, CellRun
 from amber_pipeline.models.configurations import model_configuration
 from amber_pipeline.models.providers import Wire
 from amber_pipeline.warehouse.schemas import TrialRecord, trial_key
@@ -107,15 +106,14 @@ class _StaticRunner:
         run, private = self.run, self.run.private
         key = trial_key(run.job_id, run.cell.key, task.name, attempt)
         grant = self.models.open(key)
-        started, clock = datetime.now(UTC), time.perf_counter()
+        started = datetime.now(UTC)
         task_dir = run.benchmark.task_path(task)
         assert task.static is not None
         try:
             reply = await direct.answer(client, self.base_url, grant.token, self.wire, self.mc.model,
                                         static.turns(task.instruction))
-            check = static.verify
-            verdict = (await asyncio.to_thread(check, task.static, reply.text, task_dir) if task.static.program
-                       else check(task.static, reply.text, task_dir))
+            verdict = (await asyncio.to_thread(static.verify, task.static, reply.text, task_dir)
+                       if task.static.program else static.verify(task.static, reply.text, task_dir))
             outcome = outcomes.classify(exception_type=None, exception_message=None,
                                         rewards={"reward": verdict.reward}, private=private,
                                         provider_signals=CellModels.signals(grant))
@@ -128,15 +126,10 @@ class _StaticRunner:
             outcome = outcomes.classify(exception_type="APIConnectionError", exception_message=str(exc) or None,
                                         rewards=None, private=private, provider_signals=CellModels.signals(grant))
             detail = None
-        usage, duration = self.models.close(grant, retry), time.perf_counter() - clock
-        cost = run.prices.trial_cost(self.mc, usage, 0.0)  # no sandbox: the model calls are the whole cost
-        record = TrialRecord(
-            workspace=run.workspace, job_id=run.job_id, cell_key=run.cell.key, benchmark_version_id=run.benchmark.id,
-            task_name=task.name, attempt=attempt, trial_name=trial_name(task, attempt), agent=run.cell.agent,
-            agent_version=self.version, model_configuration=self.mc.name, outcome=str(outcome.kind),
-            reward=outcome.reward, errored=outcome.errored, retries=retry, error_type=outcome.error_type,
-            error_message=outcome.error_message or detail, input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens, cost_usd=float(cost) if outcome.charged else 0.0, started_at=started,
-            finished_at=datetime.now(UTC), duration_sec=duration, image_id=None, trial_dir="",
-            cached_input_tokens=usage.cached_input_tokens, model_calls=len(grant.calls))
+        usage = self.models.close(grant, retry)
+        record = run.trial_record(
+            task, attempt, retry, outcome, agent_version=self.version, model_configuration=self.mc.name, usage=usage,
+            model_calls=len(grant.calls),
+            cost=run.prices.trial_cost(self.mc, usage, 0.0),  # no sandbox: the model calls are the whole cost
+            started=started, finished=datetime.now(UTC), detail=detail)
         return record, outcome.retry

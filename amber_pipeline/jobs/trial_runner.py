@@ -64,6 +64,26 @@ class CellRun:
     allowed_providers: frozenset[str] | None = None  # a private Benchmark's Provider policy
     paths: AmberPaths | None = None  # where the Workspace's own Model Configurations live
 
+    def trial_record(self, task: TaskSpec, attempt: int, retry: int, outcome: outcomes.Outcome, *,
+                     agent_version: str, model_configuration: str, usage: Usage, model_calls: int, cost: Decimal,
+                     started: datetime, finished: datetime, trial_dir: str = "", image_id: str | None = None,
+                     reported: tuple[int | None, int | None, float | None] = (None, None, None),
+                     detail: str | None = None) -> TrialRecord:
+        """One Trial's row, whichever way it ran. Its tokens are what the model proxy metered; its cost is what
+        the Wallet is charged, so 0 unless it scored; the Agent's own count (``reported``) goes beside."""
+        return TrialRecord(
+            workspace=self.workspace, job_id=self.job_id, cell_key=self.cell.key,
+            benchmark_version_id=self.benchmark.id, task_name=task.name, attempt=attempt,
+            trial_name=trial_name(task, attempt), agent=self.cell.agent, agent_version=agent_version,
+            model_configuration=model_configuration, outcome=str(outcome.kind), reward=outcome.reward,
+            errored=outcome.errored, retries=retry, error_type=outcome.error_type,
+            error_message=outcome.error_message or detail, input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens, cost_usd=float(cost) if outcome.charged else 0.0,
+            started_at=started, finished_at=finished, duration_sec=(finished - started).total_seconds(),
+            image_id=image_id, trial_dir=trial_dir, cached_input_tokens=usage.cached_input_tokens,
+            model_calls=model_calls, agent_input_tokens=reported[0], agent_output_tokens=reported[1],
+            agent_cost_usd=reported[2])
+
 
 def trial_name(task: TaskSpec, attempt: int) -> str:
     return f"{task.name[:40]}__{attempt}"
@@ -189,18 +209,10 @@ class _CellRunner:
             outcome = outcomes.from_exception(exc, private=run.private, provider_signals=CellModels.signals(grant))
             finished = datetime.now(UTC)
         usage = models.close(grant, retry) if models is not None and grant is not None else Usage()
-        duration = (finished - started).total_seconds()
-        cost = run.prices.trial_cost(mc, usage, duration)
-        record = TrialRecord(
-            workspace=run.workspace, job_id=run.job_id, cell_key=run.cell.key, benchmark_version_id=run.benchmark.id,
-            task_name=task.name, attempt=attempt, trial_name=name, agent=self.agent.name,
-            agent_version=self.agent.agent_version(image_id),
-            model_configuration=mc.name if mc else run.cell.model_configuration,
-            outcome=str(outcome.kind), reward=outcome.reward, errored=outcome.errored, retries=retry,
-            error_type=outcome.error_type, error_message=outcome.error_message, input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens, cost_usd=float(cost) if outcome.charged else 0.0,
-            started_at=started, finished_at=finished,
-            duration_sec=duration, image_id=image_id, trial_dir=str(trial_dir),
-            cached_input_tokens=usage.cached_input_tokens, model_calls=len(grant.calls) if grant else 0,
-            agent_input_tokens=reported[0], agent_output_tokens=reported[1], agent_cost_usd=reported[2])
+        record = run.trial_record(
+            task, attempt, retry, outcome, agent_version=self.agent.agent_version(image_id),
+            model_configuration=mc.name if mc else run.cell.model_configuration, usage=usage,
+            model_calls=len(grant.calls) if grant else 0,
+            cost=run.prices.trial_cost(mc, usage, (finished - started).total_seconds()), started=started,
+            finished=finished, trial_dir=str(trial_dir), image_id=image_id, reported=reported)
         return record, outcome.retry

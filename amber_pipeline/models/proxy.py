@@ -47,7 +47,6 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any, Protocol
 
 import aiohttp
@@ -59,22 +58,12 @@ from starlette.types import Receive, Scope, Send
 
 from amber_pipeline.models.configurations import ModelConfiguration
 from amber_pipeline.models.providers import Wire
+from amber_pipeline.models.signals import ProviderSignal as Signal
 from amber_pipeline.models.wire import Reading, StreamTap, Usage, pin, read_body, upfront
 
 ANTHROPIC_VERSION = "2023-06-01"
 TOKEN_PREFIX = "amber-trial-"
 START_TIMEOUT_SEC = 30.0
-
-
-class Signal(StrEnum):
-    """Why a Trial's model calls cannot be trusted; the names are `jobs.outcomes.ProviderSignal`'s."""
-
-    RATE_LIMIT = "upstream_429"
-    SERVER_ERROR = "upstream_5xx"
-    TIMEOUT = "upstream_timeout"
-    DROPPED = "upstream_dropped"
-    MISMATCH = "provider_mismatch"
-    CEILING = "ceiling_reached"
 
 
 @dataclass(frozen=True)
@@ -300,19 +289,19 @@ class ModelProxy:
             response = await self._http().post(grant.upstream + wire.path, data=content,
                                                headers=self._upstream_headers(grant, wire, request))
         except TimeoutError:
-            record(504, "", Reading(), Signal.TIMEOUT)
+            record(504, "", Reading(), Signal.UPSTREAM_TIMEOUT)
             return _error(wire, 504, "The Provider did not answer in time.", "upstream_timeout")
         except aiohttp.ClientError as exc:
-            record(502, "", Reading(), Signal.DROPPED)
+            record(502, "", Reading(), Signal.UPSTREAM_DROPPED)
             return _error(wire, 502, f"The Provider's connection failed ({type(exc).__name__}).", "upstream_dropped")
         if response.status != 200 or not streamed:
             try:
                 data = await response.read()
             except TimeoutError:
-                record(504, "", Reading(), Signal.TIMEOUT)
+                record(504, "", Reading(), Signal.UPSTREAM_TIMEOUT)
                 return _error(wire, 504, "The Provider stopped answering mid-answer.", "upstream_timeout")
             except aiohttp.ClientError:
-                record(502, "", Reading(), Signal.DROPPED)
+                record(502, "", Reading(), Signal.UPSTREAM_DROPPED)
                 return _error(wire, 502, "The Provider's connection dropped mid-answer.", "upstream_dropped")
             finally:
                 response.release()
@@ -324,18 +313,19 @@ class ModelProxy:
                record: Callable[[int, str, Reading, Signal | None], None]) -> Response:
         status, text = response.status, data.decode(errors="replace")
         if status != 200:
-            signal = Signal.RATE_LIMIT if status == 429 else Signal.SERVER_ERROR if status >= 500 else None
+            signal = (Signal.UPSTREAM_RATE_LIMIT if status == 429
+                      else Signal.UPSTREAM_SERVER_ERROR if status >= 500 else None)
             record(status, text, Reading(), signal)
             headers = {k: v for k, v in response.headers.items() if k.lower() == "retry-after"}
             return Response(data, status, headers=headers, media_type="application/json")
         try:
             reading = read_body(wire, json.loads(data))
         except ValueError:
-            record(502, text, Reading(), Signal.DROPPED)
+            record(502, text, Reading(), Signal.UPSTREAM_DROPPED)
             return _error(wire, 502, "The Provider's answer was not JSON.", "upstream_dropped")
         other = reading.mismatch(grant.mc)
         if other is not None:
-            record(status, text, reading, Signal.MISMATCH)
+            record(status, text, reading, Signal.PROVIDER_MISMATCH)
             return _error(wire, 502, f"The call was served by {other}, not the pinned {grant.mc.served_by}.",
                           "provider_mismatch")
         record(status, text, reading, None)
@@ -351,13 +341,13 @@ class ModelProxy:
                 tap.feed(chunk)
                 seen += chunk
                 if tap.reading.mismatch(grant.mc) is not None:
-                    signal = Signal.MISMATCH
+                    signal = Signal.PROVIDER_MISMATCH
                     break
                 yield chunk
         except TimeoutError:
-            signal = Signal.TIMEOUT
+            signal = Signal.UPSTREAM_TIMEOUT
         except aiohttp.ClientError:
-            signal = Signal.DROPPED
+            signal = Signal.UPSTREAM_DROPPED
         except (asyncio.CancelledError, GeneratorExit):
             # The Agent hung up (it stopped, timed out, or its Trial was cancelled): not the Provider's doing, so
             # no signal, or an Agent's timeout would become an Errored Trial instead of its Reward 0.
@@ -366,7 +356,7 @@ class ModelProxy:
         finally:
             response.release()
             if signal is None and not tap.reading.complete and not client_left:
-                signal = Signal.DROPPED
+                signal = Signal.UPSTREAM_DROPPED
             record(200, seen.decode(errors="replace"), tap.reading, signal)
 
 
