@@ -10,7 +10,7 @@ says what the Provider did wrong, for `outcomes`.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from amber_pipeline.jobs.budget import Budget
@@ -61,8 +61,9 @@ class CellModels:
 
 @contextlib.contextmanager
 def cell_models(mc: ModelConfiguration, instructions: Mapping[str, str], budget: Budget,
-                allowed_providers: frozenset[str] | None) -> Iterator[CellModels]:
+                allowed_providers: frozenset[str] | None, hosts: Sequence[str] = ("127.0.0.1",)
+                ) -> Iterator[CellModels]:
     """The Provider's endpoint (the provider double for a replay, which matches Tasks by ``instructions``) and
-    a model proxy in front of it, for as long as the cell runs."""
-    with serving(mc, instructions) as upstream, ModelProxy() as proxy:
+    a model proxy in front of it listening on ``hosts``, for as long as the cell runs."""
+    with serving(mc, instructions) as upstream, ModelProxy(hosts) as proxy:
         yield CellModels(mc, upstream, proxy, budget, allowed_providers)

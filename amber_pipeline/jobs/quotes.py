@@ -91,8 +91,16 @@ class Prior:
 # a quiet one 1.7 s and 1.4 s, container start-up and Verifier included. The priors sit where the headroom covers
 # both (2.3 s and 1.8 s). Tasks whose solution or Verifier runs longer are not known until they have run.
 # direct: one call with a static Task's Instruction and a short answer.
+# The installed Agents (Claude Code, Codex CLI, pi, mini-swe-agent) send a fixed context with every call (system
+# prompt and tool schemas: INSTALLED_CONTEXT_TOKENS, measured against the provider double), which dominates short
+# Tasks, so their priors are not scaled down with the agent timeout: 30 calls of that context plus a growing
+# conversation, most of it cached, per Trial.
 PRIORS = {"terminus-2": Prior(250_000, 8_000, 600.0, cached_input_tokens=200_000, reference_agent_sec=900.0),
-          "oracle": Prior(0, 0, 2.3), "nop": Prior(0, 0, 1.8), "direct": Prior(400, 300, 0.0)}
+          "oracle": Prior(0, 0, 2.3), "nop": Prior(0, 0, 1.8), "direct": Prior(400, 300, 0.0),
+          "claude-code": Prior(1_000_000, 15_000, 600.0, cached_input_tokens=900_000),
+          "codex": Prior(600_000, 15_000, 600.0, cached_input_tokens=540_000),
+          "pi": Prior(300_000, 10_000, 600.0, cached_input_tokens=250_000),
+          "mini-swe-agent": Prior(300_000, 10_000, 600.0, cached_input_tokens=250_000)}
 UNKNOWN_PRIOR = PRIORS["terminus-2"]  # an Agent without its own prior is assumed to spend like Terminus-2
 # Agent x Model Configuration pairs whose use was measured, which say more than the Agent's prior: the replay
 # configurations' scripts on the demo Tasks (bench/quote_accuracy.py, 16 Trials each, metered by the proxy: mean

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from amber_pipeline.agents.catalog import AgentSpec, agent_spec
+from amber_pipeline.agents.connection import harbor_agent
 from amber_pipeline.benchmarks.tasks import TaskSpec
 from amber_pipeline.benchmarks.versions import BenchmarkVersion
 from amber_pipeline.cells import Cell
@@ -43,7 +45,8 @@ from amber_pipeline.models.endpoint import offline_litellm
 from amber_pipeline.models.wire import Usage
 from amber_pipeline.money.prices import PRICES, Prices
 from amber_pipeline.paths import AmberPaths
-from amber_pipeline.sandbox import docker_engine
+from amber_pipeline.sandbox import agent_image, docker_engine
+from amber_pipeline.sandbox.network import SandboxNetwork
 from amber_pipeline.warehouse.schemas import TrialRecord, trial_key
 
 DEFAULT_CONCURRENCY = 2
@@ -100,7 +103,7 @@ def run_cell(run: CellRun, *, concurrency: int = DEFAULT_CONCURRENCY,
              keep_going: Callable[[], bool] | None = None) -> CellOutput:
     """Run the cell's Trials (Tasks x Trials per Task); one record per Trial that started, and their calls."""
     offline_litellm()
-    docker_engine.connect()
+    client = docker_engine.connect()
     from amber_pipeline.sandbox.environment import remove_sandboxes_under  # deferred: imports Harbor
 
     remove_sandboxes_under(run.run_dir)  # left by an earlier run of this cell that was killed
@@ -109,13 +112,40 @@ def run_cell(run: CellRun, *, concurrency: int = DEFAULT_CONCURRENCY,
           if agent.needs_model else None)
     run.run_dir.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
+        sandboxes = Sandboxes()
+        hosts = ["127.0.0.1"]
+        if agent.software is not None:  # it runs in the sandbox: its software in the image, the proxy on its network
+            sandboxes.software = agent_image.software_image(client, agent.name, agent.software)
+            net = stack.enter_context(SandboxNetwork.create(_network_name(run), client=client))
+            sandboxes.network, sandboxes.gateway = net.name, net.gateway
+            hosts.append(net.gateway)
         models = None
         if mc is not None:
             models = stack.enter_context(cell_models(mc, {t.name: t.instruction for t in run.benchmark.tasks},
-                                                     Budget(run.budget, run.prices, mc), run.allowed_providers))
-        runner = _CellRunner(run, agent, models, on_trial_done, keep_going or (lambda: True))
+                                                     Budget(run.budget, run.prices, mc), run.allowed_providers,
+                                                     hosts))
+            if sandboxes.gateway is not None:
+                net.allow_host_port(int(models.proxy.base_url(sandboxes.gateway).rsplit(":", 1)[1]))
+        runner = _CellRunner(run, agent, models, sandboxes, on_trial_done, keep_going or (lambda: True))
         records = asyncio.run(runner.run_all(concurrency))
         return CellOutput(records, models.calls if models else [])
+
+
+@dataclass
+class Sandboxes:
+    """What a cell run's sandboxes are given: an installed Agent's software image and the network to the proxy."""
+
+    software: str | None = None
+    network: str | None = None
+    gateway: str | None = None
+
+    def kwargs(self) -> dict[str, str]:
+        kwargs = {"amber_network": self.network, "amber_agent_software": self.software}
+        return {k: v for k, v in kwargs.items() if v is not None}
+
+
+def _network_name(run: CellRun) -> str:
+    return f"amber-{hashlib.sha256(f'{run.job_id}/{run.cell.key}'.encode()).hexdigest()[:16]}"
 
 
 @dataclass
@@ -123,6 +153,7 @@ class _CellRunner:
     run: CellRun
     agent: AgentSpec
     models: CellModels | None
+    sandboxes: Sandboxes
     on_trial_done: Callable[[TrialRecord], None] | None
     keep_going: Callable[[], bool]
 
@@ -173,21 +204,21 @@ class _CellRunner:
         key = trial_key(run.job_id, run.cell.key, task.name, attempt)
         trial_dir = run.run_dir / name
         shutil.rmtree(trial_dir, ignore_errors=True)
-        kwargs: dict[str, object] = dict(self.agent.settings)
         grant = None
         if models is not None:
             grant = models.open(key)
-            prefix = models.mc.provider_spec.litellm_prefix  # litellm adds /v1/messages itself for Anthropic
-            kwargs |= {"api_base": models.proxy.base_url() + ("" if prefix == "anthropic" else "/v1"),
-                       "llm_kwargs": {"api_key": grant.token}}
+            harbor = harbor_agent(self.agent, provider=models.mc.provider, model=models.mc.model,
+                                  proxy=models.proxy.base_url(self.sandboxes.gateway), token=grant.token)
+        else:
+            harbor = harbor_agent(self.agent)
         config = TrialConfig(
             task=TaskConfig(path=run.benchmark.task_path(task)),
             trials_dir=run.run_dir,
             trial_name=name,
-            agent=AgentConfig(name=self.agent.name,
-                              model_name=f"{mc.provider_spec.litellm_prefix}/{mc.model}" if mc else None,
-                              kwargs=kwargs),
-            environment=EnvironmentConfig(import_path="amber_pipeline.sandbox.environment:AmberSandbox"),
+            agent=AgentConfig(name=harbor.name, import_path=harbor.import_path, model_name=harbor.model_name,
+                              kwargs=harbor.kwargs, env=harbor.env),
+            environment=EnvironmentConfig(import_path="amber_pipeline.sandbox.environment:AmberSandbox",
+                                          kwargs=self.sandboxes.kwargs()),
         )
         started = datetime.now(UTC)
         reported: tuple[int | None, int | None, float | None] = (None, None, None)

@@ -30,13 +30,24 @@ Every route also answers without the ``/v1`` prefix, as clients differ on it.
 With ``api_key`` set, calls without it get the Provider's 401.
 
 The script. Task = the one whose stripped instruction occurs in the first user
-message (the most specific if several do); turn = the number of assistant
+message that contains one (the most specific if several do); turn = the number of assistant
 messages so far; past the end of a script it answers ``DONE_REPLY``
 (Terminus-2 needs ``task_complete`` twice to finish). A scripted reply that is
 an object is sent as its JSON text (Terminus-2 parses it); a string is sent as
 it is (a Direct Agent's answer). ``{"alternatives": [...]}`` answers the k-th
 call of that turn with the k-th alternative (cycling): how a replay judge gives
 several samples.
+
+Tool-calling Agents (Claude Code, Codex CLI, pi, mini-swe-agent) get the same
+scripts as tool calls: when a request offers a shell tool (``Bash``, ``bash``,
+``shell``, ``exec_command``, found by name in ``tools``, its command argument
+by the tool's own schema), a scripted reply with ``commands`` is answered with
+one call of that tool running the commands' keystrokes, and a reply without
+commands with its ``analysis`` as plain text, which ends such an Agent's run
+(or, when the prompt names mini-swe-agent's ``echo
+COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT``, with a tool call of that, its way to
+finish). Each tool call counts as a turn. So one replay script drives every
+Agent through the same steps.
 
 Tokens are ``ceil(chars / 4)``: deterministic, and close enough for cost
 arithmetic. Cached input is modelled without state, so the same request always
@@ -260,12 +271,56 @@ class _Call:
     body: dict[str, Any]
     requested: str
     replay: Replay
-    first_user: str
+    users: list[str]  # the user messages' texts, in order
     turn: int
     segments: list[str]  # the prompt's texts in order: system/instructions, then each message
     breakpoint: int | None  # Anthropic: index of the last segment marked cache_control
     stream: bool
     limit: int | None  # the most output tokens the request allows
+    shell: _ShellTool | None = None  # the request's shell tool, when it offers one
+
+
+@dataclass(frozen=True)
+class _ShellTool:
+    """A tool that runs a shell command, as the request declares it."""
+
+    name: str
+    argument: str  # the property that takes the command
+    argv: bool  # the command is an argv array (``["bash", "-lc", ...]``), not a string
+
+    def call(self, command: str) -> _ToolCall:
+        value: Any = ["bash", "-lc", command] if self.argv else command
+        return _ToolCall(self.name, json.dumps({self.argument: value}), _new_id("call_"))
+
+
+@dataclass(frozen=True)
+class _ToolCall:
+    name: str
+    arguments: str  # JSON text
+    id: str
+
+
+_SHELL_TOOLS = ("bash", "shell", "exec_command", "run_shell_command", "terminal")
+_FINISH_COMMAND = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"  # how mini-swe-agent's prompt says to finish
+
+
+def _shell_tool(tools: Any) -> _ShellTool | None:
+    """The first tool offered whose name says it runs shell commands (any of the three formats)."""
+    if not isinstance(tools, list):
+        return None
+    for tool in tools:
+        if not isinstance(tool, dict):
+            continue
+        spec: dict[str, Any] = tool["function"] if isinstance(tool.get("function"), dict) else tool
+        name = spec.get("name")
+        if not isinstance(name, str) or name.lower() not in _SHELL_TOOLS:
+            continue
+        schema = spec.get("parameters") or spec.get("input_schema") or {}
+        props = schema.get("properties") or {} if isinstance(schema, dict) else {}
+        for argument in ("command", "cmd"):
+            if argument in props:
+                return _ShellTool(name, argument, (props[argument] or {}).get("type") == "array")
+    return None
 
 
 class _Server(ThreadingHTTPServer):
@@ -517,7 +572,9 @@ class ProviderDouble:
                 segments.append(body["instructions"])
             for item in items:
                 if isinstance(item, dict):
-                    roles.append(str(item.get("role") or item.get("type")))
+                    kind = item.get("type")
+                    calls_tool = kind in ("function_call", "custom_tool_call", "local_shell_call")
+                    roles.append("assistant" if calls_tool else str(item.get("role") or kind))
                     text = _text(item.get("content")) or _part_text({"content": item.get("output")})
                     segments.append(text or str(item.get("arguments") or ""))
             limit = body.get("max_output_tokens")
@@ -558,9 +615,9 @@ class ProviderDouble:
             raise _Error(404, message, "not_found", "model_not_found")
         users = [s for r, s in zip(roles, segments, strict=True) if r == "user"]
         return _Call(
-            route, flavour, body, requested, self._replays[name], users[0] if users else "",
+            route, flavour, body, requested, self._replays[name], users,
             roles.count("assistant"), segments, breakpoint_, bool(body.get("stream")),
-            limit if isinstance(limit, int) and limit > 0 else None,
+            limit if isinstance(limit, int) and limit > 0 else None, _shell_tool(body.get("tools")),
         )
 
     def _take_fault(self, call: _Call) -> Fault | None:
@@ -574,9 +631,14 @@ class ProviderDouble:
                     return fault
         return None
 
-    def _reply_text(self, call: _Call) -> str:
+    def _reply(self, call: _Call) -> tuple[str, _ToolCall | None]:
+        """The scripted reply to this call: its text, or a tool call (with empty text)."""
         replay, instrs = call.replay, self._instructions
-        matches = [t for t, i in instrs.items() if t in replay.scripts and i in call.first_user]
+        matches: list[str] = []
+        for user in call.users:  # the first user message naming a Task (Agents may send context before it)
+            matches = [t for t, i in instrs.items() if t in replay.scripts and i in user]
+            if matches:
+                break
         if not matches:
             msg = f"No scripted Task of replay '{replay.model}' matches the first user message"
             raise _Error(400, msg, code="no_scripted_task")
@@ -588,19 +650,26 @@ class ProviderDouble:
                 k = self._calls[(replay.model, task, call.turn)]
                 self._calls[(replay.model, task, call.turn)] += 1
             reply = reply["alternatives"][k % len(reply["alternatives"])]
-        return reply if isinstance(reply, str) else json.dumps(reply)
+        if call.shell is None:
+            return (reply if isinstance(reply, str) else json.dumps(reply)), None
+        commands = reply.get("commands") if isinstance(reply, dict) else None
+        if commands:
+            return "", call.shell.call("".join(str(c.get("keystrokes", "")) for c in commands).strip())
+        if any(_FINISH_COMMAND in segment for segment in call.segments[:2]):
+            return "", call.shell.call(_FINISH_COMMAND)
+        return (reply if isinstance(reply, str) else str(reply.get("analysis") or "Done.")), None
 
     def _serve(self, h: BaseHTTPRequestHandler, call: _Call) -> None:
         fault = self._take_fault(call)
         if fault is not None and fault.kind in ("rate_limit", "server_error", "overloaded"):
             raise _fault_error(fault, call)
-        text = self._reply_text(call)
+        text, tool = self._reply(call)
         with self._lock:
             self._served[call.replay.model] += 1
-        out = _tokens(text)
+        out = _tokens(text or (tool.arguments if tool else ""))
         truncated = call.limit is not None and out > call.limit
         if truncated and call.limit is not None:
-            text, out = text[: call.limit * 4], call.limit
+            text, out, tool = text[: call.limit * 4], call.limit, None
         prompt = _tokens("".join(call.segments))
         seen = _tokens("".join(call.segments[:-1])) if call.turn > 0 else 0
         if fault is not None and fault.kind == "slow" and self._stopping.wait(fault.delay_sec):
@@ -611,20 +680,21 @@ class ProviderDouble:
             served_by = self._upstream(call.body, fault)
             usage = _chat_usage(prompt, seen, out)
             if call.stream:
-                events = _chat_events(call, text, truncated, usage, served_by)
+                events = _chat_events(call, text, truncated, usage, served_by, tool)
                 return _stream(h, events, cut)
-            return _send(h, 200, _chat_body(call, text, truncated, usage, served_by), cut=cut is not None)
+            return _send(h, 200, _chat_body(call, text, truncated, usage, served_by, tool), cut=cut is not None)
         if call.route == "responses":
             usage = _responses_usage(prompt, seen, out)
             if call.stream:
-                return _stream(h, _responses_events(call, text, truncated, usage), cut)
-            response = _response_object(call, _new_id("resp_"), _new_id("msg_"), text, truncated, usage)
+                return _stream(h, _responses_events(call, text, truncated, usage, tool), cut)
+            response = _response_object(call, _new_id("resp_"), _new_id("msg_"), text, truncated, usage,
+                                        tool=tool)
             return _send(h, 200, response, cut=cut is not None)
         usage = _messages_usage(call, prompt, seen, out)
         headers = {"request-id": _new_id("req_")}
         if call.stream:
-            return _stream(h, _messages_events(call, text, truncated, usage), cut, headers)
-        return _send(h, 200, _message_object(call, text, truncated, usage), headers, cut=cut is not None)
+            return _stream(h, _messages_events(call, text, truncated, usage, tool), cut, headers)
+        return _send(h, 200, _message_object(call, text, truncated, usage, tool=tool), headers, cut=cut is not None)
 
     def _upstream(self, body: dict[str, Any], fault: Fault | None) -> str:
         """The Provider OpenRouter would name: a fault's, the first pinned one, or ``served_by``."""
@@ -731,15 +801,24 @@ def _chat_head(call: _Call, served_by: str) -> dict[str, Any]:
     }
 
 
-def _chat_body(call: _Call, text: str, truncated: bool, usage: dict[str, Any], served_by: str) -> dict[str, Any]:
+def _chat_tool_call(tool: _ToolCall, arguments: str | None = None) -> dict[str, Any]:
+    function = {"name": tool.name, "arguments": tool.arguments if arguments is None else arguments}
+    return {"id": tool.id, "type": "function", "function": function}
+
+
+def _chat_body(call: _Call, text: str, truncated: bool, usage: dict[str, Any], served_by: str,
+               tool: _ToolCall | None = None) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None, "annotations": []}
     finish = "length" if truncated else "stop"
+    if tool is not None:
+        message |= {"content": None, "tool_calls": [_chat_tool_call(tool)]}
+        finish = "tool_calls"
     choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
     return {**_chat_head(call, served_by), "object": "chat.completion", "choices": [choice], "usage": usage}
 
 
 def _chat_events(
-    call: _Call, text: str, truncated: bool, usage: dict[str, Any], served_by: str
+    call: _Call, text: str, truncated: bool, usage: dict[str, Any], served_by: str, tool: _ToolCall | None = None
 ) -> Iterator[bytes]:
     """A role chunk, text chunks, a chunk with finish_reason, (a usage chunk), ``[DONE]``."""
     include_usage = bool((call.body.get("stream_options") or {}).get("include_usage"))
@@ -751,10 +830,16 @@ def _chat_events(
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         return _sse({**chunk, "choices": [choice]})
 
-    yield event({"role": "assistant", "content": "", "refusal": None})
-    for i in range(0, len(text), _CHUNK):
-        yield event({"content": text[i : i + _CHUNK]})
-    yield event({}, "length" if truncated else "stop")
+    yield event({"role": "assistant", "content": "" if tool is None else None, "refusal": None})
+    if tool is not None:
+        yield event({"tool_calls": [{"index": 0, **_chat_tool_call(tool, "")}]})
+        for i in range(0, len(tool.arguments), _CHUNK):
+            yield event({"tool_calls": [{"index": 0, "function": {"arguments": tool.arguments[i : i + _CHUNK]}}]})
+        yield event({}, "tool_calls")
+    else:
+        for i in range(0, len(text), _CHUNK):
+            yield event({"content": text[i : i + _CHUNK]})
+        yield event({}, "length" if truncated else "stop")
     if include_usage:
         yield _sse({**chunk, "choices": [], "usage": usage})
     yield b"data: [DONE]\n\n"
@@ -776,14 +861,20 @@ def _output_message(item_id: str, text: str | None, status: str) -> dict[str, An
     return {"id": item_id, "type": "message", "status": status, "role": "assistant", "content": content}
 
 
+def _function_call_item(item_id: str, tool: _ToolCall, status: str, arguments: str | None = None) -> dict[str, Any]:
+    return {"id": item_id, "type": "function_call", "status": status, "call_id": tool.id, "name": tool.name,
+            "arguments": tool.arguments if arguments is None else arguments}
+
+
 def _response_object(
     call: _Call, resp_id: str, item_id: str, text: str | None, truncated: bool, usage: dict[str, Any] | None,
-    created: int | None = None,
+    created: int | None = None, tool: _ToolCall | None = None,
 ) -> dict[str, Any]:
     """The Response; ``text`` None: the in-progress one that opens a stream."""
     b = call.body
     status = "in_progress" if text is None else "incomplete" if truncated else "completed"
-    output = [] if text is None else [_output_message(item_id, text, status)]
+    output = [] if text is None else [
+        _function_call_item(item_id, tool, status) if tool is not None else _output_message(item_id, text, status)]
     return {
         "id": resp_id,
         "object": "response",
@@ -811,11 +902,14 @@ def _response_object(
     }
 
 
-def _responses_events(call: _Call, text: str, truncated: bool, usage: dict[str, Any]) -> Iterator[bytes]:
+def _responses_events(call: _Call, text: str, truncated: bool, usage: dict[str, Any],
+                      tool: _ToolCall | None = None) -> Iterator[bytes]:
     """response.created, .in_progress, .output_item.added, .content_part.added, .output_text.delta
     (one or more), .output_text.done, .content_part.done, .output_item.done, then .completed
-    (.incomplete when cut at the output limit); each with ``event:`` and ``sequence_number``."""
-    resp_id, item_id, created = _new_id("resp_"), _new_id("msg_"), int(time.time())
+    (.incomplete when cut at the output limit); each with ``event:`` and ``sequence_number``. A tool call
+    instead: .output_item.added, .function_call_arguments.delta (one or more), .function_call_arguments.done,
+    .output_item.done."""
+    resp_id, item_id, created = _new_id("resp_"), _new_id("fc_" if tool else "msg_"), int(time.time())
     seq = iter(range(1_000_000))
     where = {"item_id": item_id, "output_index": 0, "content_index": 0}
 
@@ -825,6 +919,18 @@ def _responses_events(call: _Call, text: str, truncated: bool, usage: dict[str, 
     opening = _response_object(call, resp_id, item_id, None, truncated, None, created)
     yield event("response.created", response=opening)
     yield event("response.in_progress", response=opening)
+    if tool is not None:
+        yield event("response.output_item.added", output_index=0,
+                    item=_function_call_item(item_id, tool, "in_progress", ""))
+        for i in range(0, len(tool.arguments), _CHUNK):
+            yield event("response.function_call_arguments.delta", item_id=item_id, output_index=0,
+                        delta=tool.arguments[i : i + _CHUNK])
+        yield event("response.function_call_arguments.done", item_id=item_id, output_index=0,
+                    arguments=tool.arguments)
+        final = _response_object(call, resp_id, item_id, "", False, usage, created, tool)
+        yield event("response.output_item.done", output_index=0, item=final["output"][0])
+        yield event("response.completed", response=final)
+        return
     yield event("response.output_item.added", output_index=0, item=_output_message(item_id, None, "in_progress"))
     empty = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
     yield event("response.content_part.added", **where, part=empty)
@@ -853,11 +959,14 @@ def _messages_usage(call: _Call, prompt: int, seen: int, out: int) -> dict[str, 
 
 
 def _message_object(
-    call: _Call, text: str | None, truncated: bool, usage: dict[str, Any], msg_id: str | None = None
+    call: _Call, text: str | None, truncated: bool, usage: dict[str, Any], msg_id: str | None = None,
+    tool: _ToolCall | None = None,
 ) -> dict[str, Any]:
     """The Message; ``text`` None: the empty one ``message_start`` carries."""
-    content = [] if text is None else [{"type": "text", "text": text}]
+    content: list[dict[str, Any]] = [] if text is None else [{"type": "text", "text": text}]
     stop = None if text is None else "max_tokens" if truncated else "end_turn"
+    if tool is not None and text is not None:
+        content, stop = [_tool_use(tool)], "tool_use"
     return {
         "id": msg_id or _new_id("msg_"),
         "type": "message",
@@ -870,20 +979,34 @@ def _message_object(
     }
 
 
-def _messages_events(call: _Call, text: str, truncated: bool, usage: dict[str, Any]) -> Iterator[bytes]:
-    """message_start (input usage), content_block_start, ping, content_block_delta (one or more),
-    content_block_stop, message_delta (stop_reason, cumulative usage), message_stop."""
+def _tool_use(tool: _ToolCall, empty: bool = False) -> dict[str, Any]:
+    return {"type": "tool_use", "id": tool.id.replace("call_", "toolu_"), "name": tool.name,
+            "input": {} if empty else json.loads(tool.arguments)}
+
+
+def _messages_events(call: _Call, text: str, truncated: bool, usage: dict[str, Any],
+                     tool: _ToolCall | None = None) -> Iterator[bytes]:
+    """message_start (input usage), content_block_start, ping, content_block_delta (one or more; a tool call's
+    as ``input_json_delta``), content_block_stop, message_delta (stop_reason, cumulative usage), message_stop."""
 
     def event(kind: str, **fields: Any) -> bytes:
         return _sse({"type": kind, **fields}, kind)
 
     yield event("message_start", message=_message_object(call, None, truncated, {**usage, "output_tokens": 1}))
-    yield event("content_block_start", index=0, content_block={"type": "text", "text": ""})
-    yield event("ping")
-    for i in range(0, len(text), _CHUNK):
-        yield event("content_block_delta", index=0, delta={"type": "text_delta", "text": text[i : i + _CHUNK]})
+    if tool is not None:
+        yield event("content_block_start", index=0, content_block=_tool_use(tool, empty=True))
+        yield event("ping")
+        for i in range(0, len(tool.arguments), _CHUNK):
+            yield event("content_block_delta", index=0,
+                        delta={"type": "input_json_delta", "partial_json": tool.arguments[i : i + _CHUNK]})
+    else:
+        yield event("content_block_start", index=0, content_block={"type": "text", "text": ""})
+        yield event("ping")
+        for i in range(0, len(text), _CHUNK):
+            yield event("content_block_delta", index=0, delta={"type": "text_delta", "text": text[i : i + _CHUNK]})
     yield event("content_block_stop", index=0)
-    delta = {"stop_reason": "max_tokens" if truncated else "end_turn", "stop_sequence": None}
+    stop = "tool_use" if tool is not None else "max_tokens" if truncated else "end_turn"
+    delta = {"stop_reason": stop, "stop_sequence": None}
     yield event("message_delta", delta=delta, usage=usage)
     yield event("message_stop")
 

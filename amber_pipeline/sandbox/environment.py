@@ -4,7 +4,10 @@ Harbor's `Trial` loads this class by import path
 (`amber_pipeline.sandbox.environment:AmberSandbox`) and drives it through start, exec,
 upload, download and stop. It enforces Amber's sandbox rules:
 
-- images are tagged by the environment's content hash and built once;
+- images are tagged by the environment's content hash and built once; an
+  installed Agent's software (kwarg `amber_agent_software`, the tag of its
+  software image) goes on top as a layer of its own, also built once
+  (`agent_image.agent_layer`), and the Trial runs in that;
 - cpus and memory come from task.toml;
 - no network at all, unless given a sandbox network (kwargs `amber_network`,
   the name of a `SandboxNetwork`, and optionally `amber_egress_proxy`, the URL
@@ -39,7 +42,7 @@ from harbor.environments.capabilities import EnvironmentCapabilities
 from harbor.environments.definition import environment_content_hash
 from harbor.models.trial.paths import EnvironmentPaths
 
-from amber_pipeline.sandbox import docker_engine, egress, network
+from amber_pipeline.sandbox import agent_image, docker_engine, egress, network
 
 IMAGE_REPOSITORY = "amber-env"
 SANDBOX_LABEL = "org.amber.sandbox"
@@ -64,11 +67,13 @@ def _build_lock(tag: str) -> threading.Lock:
 class AmberSandbox(BaseEnvironment):
     """One Docker container per Trial, driven through the Docker SDK."""
 
-    def __init__(self, *args, amber_network: str | None = None, amber_egress_proxy: str | None = None, **kwargs):
+    def __init__(self, *args, amber_network: str | None = None, amber_egress_proxy: str | None = None,
+                 amber_agent_software: str | None = None, **kwargs):
         if amber_egress_proxy and not amber_network:
             raise ValueError("amber_egress_proxy needs amber_network: the egress proxy listens on its gateway")
         self._network_name = amber_network
         self._egress_proxy = amber_egress_proxy
+        self._agent_software = amber_agent_software
         self._client = docker_engine.connect()
         self._container = None
         # stop() may run while start() is still building in its thread (Harbor
@@ -103,6 +108,8 @@ class AmberSandbox(BaseEnvironment):
     def _start(self, force_build: bool) -> None:
         tag = image_tag(self.environment_dir, self.task_env_config.docker_image)
         self.image_id = self._ensure_image(tag, force_build)
+        if self._agent_software:
+            self.image_id = agent_image.agent_layer(self._client, self.image_id, self._agent_software)
         cfg = self.task_env_config
         limits: dict = {}
         if cfg.cpus:

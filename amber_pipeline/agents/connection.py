@@ -1,0 +1,67 @@
+"""How each Agent reaches a Model: through the model proxy, with its Trial token.
+
+`harbor_agent` gives Harbor's agent (by name,
+or by import path for the classes below), the model name in its own
+convention, and the proxy's address and the Trial token where that Agent
+looks for a base URL and an API key (all checked against Harbor 0.25's
+sources, and end to end against the provider double):
+
+- Claude Code: Anthropic Messages; ``ANTHROPIC_BASE_URL`` = the proxy's root
+  (it adds ``/v1/messages``), ``ANTHROPIC_API_KEY`` = the token.
+- Codex CLI: OpenAI Responses; Harbor writes ``openai_base_url`` (the proxy's
+  ``/v1``) into its ``config.toml`` and the token into its ``auth.json``.
+- pi: Chat Completions (``openai-completions``) for OpenAI-style Providers,
+  Anthropic Messages for Anthropic; a ``models.json`` custom provider at the
+  proxy, its key read from ``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY``.
+- mini-swe-agent: litellm inside the sandbox, ``openai/<model>`` (Chat
+  Completions) at the proxy's ``/v1``, or ``anthropic/<model>`` at its root;
+  litellm's price list is read locally (no fetch from a sandbox that cannot
+  reach it).
+- Terminus-2 runs on the host, through litellm the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from amber_pipeline.agents.catalog import AgentSpec
+
+# Harbor's installed Agents as Amber runs them (`agents.installed`, imported by Harbor from this path, so that
+# naming one here does not import Harbor).
+_CLASSES = {"claude-code": "ClaudeCode", "codex": "Codex", "pi": "Pi", "mini-swe-agent": "MiniSweAgent"}
+
+
+@dataclass(frozen=True)
+class HarborAgent:
+    """What Harbor's `AgentConfig` gets for one Trial attempt."""
+
+    name: str | None = None
+    import_path: str | None = None
+    model_name: str | None = None
+    kwargs: dict[str, object] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def harbor_agent(spec: AgentSpec, *, provider: str | None = None, model: str | None = None,
+                 proxy: str | None = None, token: str | None = None) -> HarborAgent:
+    """Harbor's configuration of `spec` for a Trial whose calls go to the model proxy at `proxy` (its root URL)
+    with `token`, for a Model of `provider` named `model`."""
+    kwargs: dict[str, object] = dict(spec.settings)
+    if not spec.needs_model:
+        return HarborAgent(name=spec.name, kwargs=kwargs)
+    assert provider and model and proxy and token, "an Agent that calls a Model needs the proxy and a token"
+    anthropic = provider == "anthropic"
+    v1 = proxy if anthropic else f"{proxy}/v1"  # Anthropic's clients add /v1/messages themselves
+    litellm_model = f"{'anthropic' if anthropic else 'openai'}/{model}"
+    if spec.software is None:  # Terminus-2, on the host: litellm
+        return HarborAgent(name=spec.name, model_name=litellm_model,
+                           kwargs=kwargs | {"api_base": v1, "llm_kwargs": {"api_key": token}})
+    kwargs |= {"version": spec.software.version, "base_url": v1}
+    key = "ANTHROPIC_API_KEY" if anthropic else "OPENAI_API_KEY"
+    env = {key: token}
+    if spec.name == "pi":
+        kwargs["model_api"] = "anthropic-messages" if anthropic else "openai-completions"
+    if spec.name == "mini-swe-agent":
+        env |= {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "MSWEA_COST_TRACKING": "ignore_errors"}
+    return HarborAgent(import_path=f"amber_pipeline.agents.installed:{_CLASSES[spec.name]}", model_name=litellm_model,
+                       kwargs=kwargs, env=env)
