@@ -472,18 +472,17 @@ def test_a_sandbox_has_no_default_route(sandboxes, net):
 
 
 @pytest.mark.docker
-def test_a_public_name_does_not_resolve(sandboxes):
+def test_a_public_name_does_not_resolve_and_fails_at_once(sandboxes):
     box = sandboxes[0]
-    # Safe to look up: no default route, and the embedded DNS (127.0.0.11) forwards
-    # from the sandbox's own network namespace, where no name server is reachable.
+    # Safe to look up: no default route, and the only name server is the sandbox's own loopback, where
+    # nothing listens (Docker's embedded DNS would have stalled every lookup for 20 s before failing).
     assert "default" not in sh(box, "ip route")[1]
     code, resolv = sh(box, "cat /etc/resolv.conf")
-    assert [line.split()[1] for line in resolv.splitlines() if line.startswith("nameserver")] == ["127.0.0.11"]
-    # The embedded DNS gives no answer when it cannot forward: ask once, with a 1 s timeout.
+    assert [line.split()[1] for line in resolv.splitlines() if line.startswith("nameserver")] == ["127.0.0.1"]
     t0 = time.monotonic()
-    code, out = sh(box, "RES_OPTIONS='timeout:1 attempts:1' getent ahostsv4 example.com")
+    code, out = sh(box, "getent ahostsv4 example.com")
     assert code != 0 and out.strip() == ""
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 2
 
 
 @pytest.mark.docker

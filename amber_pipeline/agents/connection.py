@@ -8,8 +8,11 @@ sources, and end to end against the provider double):
 
 - Claude Code: Anthropic Messages; ``ANTHROPIC_BASE_URL`` = the proxy's root
   (it adds ``/v1/messages``), ``ANTHROPIC_API_KEY`` = the token.
-- Codex CLI: OpenAI Responses; Harbor writes ``openai_base_url`` (the proxy's
-  ``/v1``) into its ``config.toml`` and the token into its ``auth.json``.
+- Codex CLI: OpenAI Responses over HTTPS; a model provider of its own in its
+  ``config.toml`` (the proxy's ``/v1``, the token from ``OPENAI_API_KEY``,
+  WebSockets off: the built-in ``openai`` provider tries the Responses
+  WebSocket five times, about 7 s, before it falls back), and its analytics
+  off (at exit it waits 5 s to send them to a host a sandbox cannot reach).
 - pi: Chat Completions (``openai-completions``) for OpenAI-style Providers,
   Anthropic Messages for Anthropic; a ``models.json`` custom provider at the
   proxy, its key read from ``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY``.
@@ -50,7 +53,8 @@ def harbor_agent(spec: AgentSpec, *, provider: str | None = None, model: str | N
     if not spec.needs_model:
         return HarborAgent(name=spec.name, kwargs=kwargs)
     assert provider and model and proxy and token, "an Agent that calls a Model needs the proxy and a token"
-    anthropic = provider == "anthropic"
+    # Claude Code speaks only Anthropic Messages (a replay answers it so too); the others follow the Provider.
+    anthropic = provider == "anthropic" or spec.name == "claude-code"
     v1 = proxy if anthropic else f"{proxy}/v1"  # Anthropic's clients add /v1/messages themselves
     litellm_model = f"{'anthropic' if anthropic else 'openai'}/{model}"
     if spec.software is None:  # Terminus-2, on the host: litellm
@@ -59,6 +63,10 @@ def harbor_agent(spec: AgentSpec, *, provider: str | None = None, model: str | N
     kwargs |= {"version": spec.software.version, "base_url": v1}
     key = "ANTHROPIC_API_KEY" if anthropic else "OPENAI_API_KEY"
     env = {key: token}
+    if spec.name == "codex":
+        kwargs["config"] = {"model_provider": "amber", "model_providers": {"amber": {
+            "name": "Amber model proxy", "base_url": v1, "env_key": key, "wire_api": "responses",
+            "supports_websockets": False}}, "analytics": {"enabled": False}}
     if spec.name == "pi":
         kwargs["model_api"] = "anthropic-messages" if anthropic else "openai-completions"
     if spec.name == "mini-swe-agent":

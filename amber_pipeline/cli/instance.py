@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from amber_pipeline.agents.catalog import DEFAULT_AGENT
+from amber_pipeline.agents.catalog import AGENTS, DEFAULT_AGENT, agent_spec
 from amber_pipeline.cli import embedded
 from amber_pipeline.cli.context import Context
 from amber_pipeline.cli.jobs import follow, print_quote
@@ -54,9 +54,13 @@ def daemon_stop(ctx: typer.Context) -> None:
 
 @app.command("demo")
 def demo(ctx: typer.Context,
-         trials: Annotated[int, typer.Option("--trials", help="Trials per Task, 1 to 10.")] = 1) -> None:
-    """Run the bundled demo: terminus-2 with two replay Model Configurations, oracle and nop as bounds; then the
-    Direct Agent on the static example Benchmark. Every model call goes through the model proxy, which meters it."""
+         trials: Annotated[int, typer.Option("--trials", help="Trials per Task, 1 to 10.")] = 1,
+         agent: Annotated[str, typer.Option("--agent", help=f"The Agent on the demo Tasks: {', '.join(AGENTS)}.")]
+         = DEFAULT_AGENT) -> None:
+    """Run the bundled demo: an Agent (terminus-2 unless --agent says otherwise) with two replay Model
+    Configurations, oracle and nop as bounds; then the Direct Agent on the static example Benchmark. Every model
+    call goes through the model proxy, which meters it."""
+    spec = agent_spec(agent)
     docker_engine.connect()
     acting = Context.of(ctx).acting()
     wh = acting.wh
@@ -68,13 +72,17 @@ def demo(ctx: typer.Context,
     started_here = embedded.daemon_pid(wh.paths) is None
     embedded.start_daemon(wh.paths)
     try:
-        request = JobRequest(benchmark=str(DEMO_BENCHMARK), agent=DEFAULT_AGENT, model_configurations=DEMO_MODELS,
-                             trials_per_task=trials, bounds=True, public=True)
-        made, job = lifecycle.submit(wh, acting.workspace, acting.actor.user, request)
-        print_quote(made)
-        out.line(f"Started {job.id}: terminus-2 with replay-strong and replay-weak (scripted replies, not real "
-                 "models), oracle and nop as bounds.")
-        follow(acting, job.id)
+        job = None
+        if not spec.static:  # the Direct Agent runs only the static part below
+            request = JobRequest(benchmark=str(DEMO_BENCHMARK), agent=agent,
+                                 model_configurations=DEMO_MODELS if spec.needs_model else [],
+                                 trials_per_task=trials, bounds=True, public=True)
+            made, job = lifecycle.submit(wh, acting.workspace, acting.actor.user, request)
+            print_quote(made)
+            models = " with replay-strong and replay-weak (scripted replies, not real models)" \
+                if spec.needs_model else ""
+            out.line(f"Started {job.id}: {agent}{models}, oracle and nop as bounds.")
+            follow(acting, job.id)
         static = JobRequest(benchmark=str(STATIC_BENCHMARK), agent="direct", model_configurations=DEMO_MODELS,
                             trials_per_task=trials, public=True)
         made, static_job = lifecycle.submit(wh, acting.workspace, acting.actor.user, static)
@@ -86,5 +94,6 @@ def demo(ctx: typer.Context,
             embedded.stop_daemon(wh.paths)
     out.rule("Wallet after")
     print_wallet(*wallet.read(wh, acting.workspace), last=6)
+    shown = job or static_job
     out.line(f"\nQuery it: amber sql \"select task_name, model_configuration, reward from trials where job_id = "
-             f"'{job.id}'\"\nThe full report: amber report {job.id} --plot report.png")
+             f"'{shown.id}'\"\nThe full report: amber report {shown.id} --plot report.png")

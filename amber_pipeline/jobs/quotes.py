@@ -105,8 +105,16 @@ UNKNOWN_PRIOR = PRIORS["terminus-2"]  # an Agent without its own prior is assume
 # Agent x Model Configuration pairs whose use was measured, which say more than the Agent's prior: the replay
 # configurations' scripts on the demo Tasks (bench/quote_accuracy.py, 16 Trials each, metered by the proxy: mean
 # input with cached, output, sandbox seconds). A pair's prior, like an Agent's, gives way to history.
+# The installed Agents with the replays: metered by the proxy on count-log-errors (tests/test_installed_agents.py,
+# three calls, warm images: Claude Code 30k input, Codex CLI 15.5k, pi 2.3k, mini-swe-agent 2.8k; 2-20 s in the
+# sandbox), taken up to the four calls of the longer demo scripts.
+_INSTALLED_REPLAY = {"claude-code": Prior(45_000, 100, 5.0, cached_input_tokens=25_000),
+                     "codex": Prior(22_000, 100, 18.0, cached_input_tokens=14_000),
+                     "pi": Prior(4_000, 100, 4.0, cached_input_tokens=2_500),
+                     "mini-swe-agent": Prior(4_000, 100, 22.0, cached_input_tokens=2_500)}
 PAIR_PRIORS = {("terminus-2", "replay-strong"): Prior(4_500, 240, 4.7, cached_input_tokens=3_350),
-               ("terminus-2", "replay-weak"): Prior(2_900, 130, 3.8, cached_input_tokens=1_950)}
+               ("terminus-2", "replay-weak"): Prior(2_900, 130, 3.8, cached_input_tokens=1_950)} | {
+    (agent, replay): prior for agent, prior in _INSTALLED_REPLAY.items() for replay in ("replay-strong", "replay-weak")}
 
 
 def prior_of(cell: Cell) -> tuple[Prior, str]:

@@ -57,7 +57,8 @@ class JobRequest(BaseModel):
             raise AmberError(f"{self.agent} calls no model: drop --model.")
         mcs = [model_configuration(name, paths, workspace) for name in dict.fromkeys(self.model_configurations)]
         for mc in mcs:
-            if spec.providers is not None and mc.provider not in spec.providers:
+            # A replay is a script, not a Provider's Model: it answers every Agent in that Agent's own protocol.
+            if spec.providers is not None and mc.provider not in spec.providers and not mc.is_replay:
                 raise AmberError(f"{self.agent} runs only with {' or '.join(sorted(spec.providers))} Model "
                                  f"Configurations, and {mc.name} is {mc.provider}: pick another Agent or Model.")
             require_key(mc)

@@ -54,7 +54,8 @@ OPENAI = Provider("openai", frozenset({Wire.CHAT, Wire.RESPONSES}), "https://api
 OPENROUTER = Provider("openrouter", frozenset({Wire.CHAT}), "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY",
                       "openai")
 OPENAI_COMPATIBLE = Provider("openai-compatible", frozenset({Wire.CHAT, Wire.RESPONSES}), None, None, "openai")
-# The provider double on loopback serving scripted replies: an OpenAI-compatible endpoint Amber starts itself.
-REPLAY = Provider("replay", frozenset({Wire.CHAT, Wire.RESPONSES}), None, None, "openai")
+# The provider double on loopback serving scripted replies, an endpoint Amber starts itself. It speaks all three
+# wires, so a replay drives every Agent in that Agent's own protocol (Claude Code's Messages included).
+REPLAY = Provider("replay", frozenset({Wire.CHAT, Wire.RESPONSES, Wire.MESSAGES}), None, None, "openai")
 
 PROVIDERS: dict[str, Provider] = {p.name: p for p in (ANTHROPIC, OPENAI, OPENROUTER, OPENAI_COMPATIBLE, REPLAY)}

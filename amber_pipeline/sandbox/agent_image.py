@@ -102,9 +102,10 @@ class SoftwareRecipe(Protocol):
     def snapshot(self) -> dict[str, object]: ...
 
 
-def software_image(client: docker.DockerClient, agent: str, software: SoftwareRecipe) -> str:
-    """The tag of the Agent's software image, built unless an image of the same content exists."""
-    runtime = _runtime_image(client)
+def software_image(client: docker.DockerClient, agent: str, software: SoftwareRecipe, *, fresh: bool = False) -> str:
+    """The tag of the Agent's software image, built unless an image of the same content exists (``fresh``:
+    rebuilt from nothing, Docker's build cache unused, as on a bare machine: for benchmarks)."""
+    runtime = _runtime_image(client, fresh=fresh)
     folder = f"{AGENT_ROOT}/{agent}"
     wrappers = {c.name: _wrapper(folder, c) for c in software.commands}
     if software.installer == "npm":
@@ -124,21 +125,22 @@ def software_image(client: docker.DockerClient, agent: str, software: SoftwareRe
     tag = f"amber-agent-software:{agent}-{_hash(content)}"
     files = {"Dockerfile": dockerfile.encode(), "ca.crt": b""} | {f"bin/{n}": w.encode() for n, w in wrappers.items()}
     what = f"the software of Agent {agent} ({software.installer} package {software.package} {software.version})"
-    _build(client, tag, files, what, registry=_registry(software.installer))
+    _build(client, tag, files, what, registry=_registry(software.installer), fresh=fresh)
     return tag
 
 
-def agent_layer(client: docker.DockerClient, base_image_id: str, software_tag: str) -> str:
+def agent_layer(client: docker.DockerClient, base_image_id: str, software_tag: str, *, fresh: bool = False) -> str:
     """The id of the Task image `base_image_id` with the software of `software_tag` on top, built once."""
     software_id = client.images.get(software_tag).id
     agent = software_tag.split(":", 1)[1].rsplit("-", 1)[0]
     dockerfile = (f"FROM {base_image_id}\nCOPY --from={software_tag} {AGENT_ROOT} {AGENT_ROOT}\n"
                   f"COPY --from={software_tag} {WRAPPERS}/ /usr/local/bin/\n")
     tag = f"amber-agent:{agent}-{_hash({'base': base_image_id, 'software': software_id, 'recipe': dockerfile})}"
-    return _build(client, tag, {"Dockerfile": dockerfile.encode()}, f"Agent {agent}'s layer on the Task's image")
+    return _build(client, tag, {"Dockerfile": dockerfile.encode()}, f"Agent {agent}'s layer on the Task's image",
+                  fresh=fresh)
 
 
-def _runtime_image(client: docker.DockerClient) -> str:
+def _runtime_image(client: docker.DockerClient, *, fresh: bool = False) -> str:
     try:
         base_id = client.images.get(BASE_IMAGE).id
     except ImageNotFound:
@@ -146,7 +148,7 @@ def _runtime_image(client: docker.DockerClient) -> str:
     dockerfile = RUNTIME_DOCKERFILE.format(base=BASE_IMAGE)
     tag = f"amber-agent-runtime:{_hash({'base': base_id, 'dockerfile': dockerfile})}"
     _build(client, tag, {"Dockerfile": dockerfile.encode(), "ca.crt": b""}, "the Agents' runtime (Node.js, venv)",
-           registry="PyPI and Debian's mirror")
+           registry="PyPI and Debian's mirror", fresh=fresh)
     return tag
 
 
@@ -161,18 +163,20 @@ def _registry(installer: str) -> str:
 
 
 def _build(client: docker.DockerClient, tag: str, files: dict[str, bytes], what: str,
-           registry: str | None = None) -> str:
+           registry: str | None = None, fresh: bool = False) -> str:
     """Build `tag` from `files` unless it exists; its image id. A `ca.crt` entry gets the host's CA bundle."""
     with _lock(tag):
         try:
-            return client.images.get(tag).id
+            if not fresh:
+                return client.images.get(tag).id
         except ImageNotFound:
             pass
         if "ca.crt" in files:
             files = {**files, "ca.crt": _host_ca_bundle()}
         try:
             image, _ = client.images.build(fileobj=io.BytesIO(_tar(files)), custom_context=True, tag=tag, rm=True,
-                                           forcerm=True, pull=False, labels={IMAGE_LABEL: tag.split(":")[0]})
+                                           forcerm=True, pull=False, nocache=fresh,
+                                           labels={IMAGE_LABEL: tag.split(":")[0]})
         except BuildError as e:
             lines = [str(x.get("stream") or x.get("error") or "").strip() for x in e.build_log]
             detail = next((ln for ln in reversed(lines) if ln and not ln.startswith(("---", "Removing"))), e.msg)

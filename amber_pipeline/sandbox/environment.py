@@ -12,8 +12,9 @@ upload, download and stop. It enforces Amber's sandbox rules:
 - no network at all, unless given a sandbox network (kwargs `amber_network`,
   the name of a `SandboxNetwork`, and optionally `amber_egress_proxy`, the URL
   of an `EgressProxy` on its gateway): then the container runs on that network
-  with its default route removed, and with HTTP(S)_PROXY set to the egress
-  proxy and NO_PROXY covering the gateway, where the model proxy listens;
+  with its default route removed and no name server (`network.isolate`), and
+  with HTTP(S)_PROXY set to the egress proxy and NO_PROXY covering the
+  gateway, where the model proxy listens;
 - containers are always removed by force when the Trial stops, so none
   outlives its Trial (`sleep infinity` ignores SIGTERM, so a polite stop
   would only wait out its timeout);
@@ -143,7 +144,7 @@ class AmberSandbox(BaseEnvironment):
             self._container = container
         container.start()
         if self._network_name:
-            network.remove_default_route(container)
+            network.isolate(container)
 
     def _ensure_image(self, tag: str, force_build: bool) -> str:
         with _build_lock(tag):

@@ -17,9 +17,10 @@ the host ports opened with `allow_host_port` on the network's `gateway` address
   without the guard every host service on any address is open to sandboxes.
   The guard admits TCP to `gateway:port` for the allowed ports alone and
   rejects all else; IPv6 is switched off on the bridge for the same reason;
-- `remove_default_route(container)` takes the (useless) default route out of a
-  sandbox after it starts, so off-network destinations fail at once with
-  "network unreachable" rather than being dropped.
+- `isolate(container)` takes the (useless) default route out of a sandbox
+  after it starts, so off-network destinations fail at once with "network
+  unreachable" rather than being dropped, and points its name lookups at
+  nothing, so they fail at once rather than after Docker's 20 s.
 
 The guard and the route removal need root on the Docker host (iptables,
 nsenter, a sysctl) and a local engine; without them `create` raises an
@@ -188,6 +189,24 @@ class SandboxNetwork:
 
     def __repr__(self) -> str:
         return f"SandboxNetwork(name={self.name!r}, gateway={self.gateway!r})"
+
+
+def isolate(container) -> None:
+    """Seal a started sandbox on a sandbox network: no default route, and no name server to ask.
+
+    A sandbox needs no names: the proxies are reached by address, and allowlisted
+    hosts by name through the egress proxy, which resolves them on the host. Docker's
+    embedded DNS on an internal network tries its upstream servers for every lookup
+    and answers only after 20 s, which stalls Agents that look a name up (Codex
+    CLI's telemetry, for one) for that long; a name server at the sandbox's own
+    loopback, where nothing listens, makes every lookup fail at once instead.
+    """
+    remove_default_route(container)
+    resolv = container.attrs.get("ResolvConfPath")
+    if not resolv or not Path(resolv).is_file():
+        raise AmberError(f"Cannot reach the name server settings of sandbox {container.name}: Amber must run as "
+                         "root on the Docker host to isolate sandboxes on a network.")
+    Path(resolv).write_text("# Amber: sandboxes resolve no names\nnameserver 127.0.0.1\noptions attempts:1\n")
 
 
 def remove_default_route(container) -> None:
