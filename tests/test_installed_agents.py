@@ -155,3 +155,36 @@ def test_software_that_cannot_be_installed_is_one_sentence() -> None:
     message = str(caught.value)
     assert message.startswith("Could not build the software of Agent pi (npm package pi 9.9.9): ")
     assert "404 Not Found" in message and "the npm registry" in message and "\n" not in message
+
+
+def test_software_that_cannot_be_had_fails_the_cell_with_its_sentence_and_charges_nothing(
+        double: tuple[ProviderDouble, str, Path], warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, _, bench = double
+    funded(warehouse, WS, "20")
+    sentence = ("Could not build the software of Agent pi (npm package @mariozechner/pi-coding-agent 0.73.1): "
+                "npm error 404 Not Found. It comes from the npm registry at image build time: check that "
+                "`docker build` reaches it.")
+
+    def unavailable(*args: object, **kwargs: object) -> str:
+        raise AmberError(sentence)
+
+    monkeypatch.setattr(agent_image, "software_image", unavailable)
+    _, job = lifecycle.submit(warehouse, WS, local_user(), request(str(bench), "pi", ["gpt-5-mini"]))
+    (cell,) = cells_of(warehouse, job.id)
+    with pytest.raises(AmberError):
+        cell_run.run_trials(warehouse, job.id, cell.cell_key)
+    (after,) = cells_of(warehouse, job.id)
+    assert after.status == "failed" and after.message == sentence
+    assert get_job(warehouse, job.id, WS).status == "failed"
+    assert rows(warehouse, "select * from trials where job_id = ?", [job.id]) == []
+    kinds = [r["kind"] for r in rows(warehouse, "select kind from ledger where job_id = ? order by seq", [job.id])]
+    assert kinds == ["reservation", "refund"]  # nothing charged, the whole reservation back
+
+
+def test_agent_list_names_each_agents_software_and_rule() -> None:
+    listed = {a["name"]: a for a in json.loads(cli("agent", "list", "--json").stdout)}
+    assert set(listed) == set(AGENTS)
+    assert listed["claude-code"]["version"].endswith(" 2.1.332") and listed["claude-code"]["providers"] == ["anthropic"]
+    assert listed["codex"]["version"] == "@openai/codex 0.171.0" and listed["codex"]["providers"] == ["openai"]
+    assert listed["pi"]["runs"] == listed["mini-swe-agent"]["runs"] == "in the sandbox"
+    assert listed["terminus-2"]["runs"] == "on the host"
