@@ -20,6 +20,7 @@ import secrets
 import shutil
 import tomllib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,19 @@ CASES = {
     "pi": ("gpt-5-mini", "gpt-5-mini", "chat"),
     "mini-swe-agent": ("gpt-5-mini", "gpt-5-mini", "chat"),
 }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def agent_images() -> None:
+    """The four software images, built side by side before the first test needs one (their downloads overlap:
+    on a bare machine about a minute for all, against two and a half one after another). Built here rather than
+    in the background of the whole suite, whose timing-sensitive tests a busy machine would upset. A build that
+    fails here is left to the test that needs it, which reports why."""
+    client = docker_engine.connect()
+    installed = [a for a in AGENTS.values() if a.software is not None]
+    with ThreadPoolExecutor(len(installed)) as pool:
+        for spec in installed:
+            pool.submit(agent_image.software_image, client, spec.name, spec.software)
 
 
 @pytest.fixture

@@ -871,3 +871,98 @@ def test_litellm_responses(double: ProviderDouble) -> None:
         model="openai/replay-strong", api_base=double.base_url, api_key="x", input=prompt(HELLO_INSTR), stream=True
     )
     assert [str(getattr(e.type, "value", e.type)) for e in stream][-1] == "response.completed"
+
+
+# ---- tool-calling Agents: the same script as shell tool calls, in each wire's own shape ------------------------
+
+def body_of(resp: httpx.Response) -> dict[str, Any]:
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+BASH_CHAT = [{"type": "function", "function": {"name": "bash", "parameters": {
+    "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
+SHELL_RESPONSES = [{"type": "function", "name": "shell", "parameters": {
+    "type": "object", "properties": {"command": {"type": "array", "items": {"type": "string"}}}}}]
+BASH_MESSAGES = [{"name": "Bash", "description": "Run a command", "input_schema": {
+    "type": "object", "properties": {"command": {"type": "string"}, "timeout": {"type": "number"}}}}]
+
+
+def test_chat_answers_a_script_step_with_a_call_of_the_offered_shell_tool(double: ProviderDouble) -> None:
+    first = body_of(chat(double, [{"role": "user", "content": prompt(FIX_INSTR)}], tools=BASH_CHAT))
+    choice = first["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+    (call,) = choice["message"]["tool_calls"]
+    assert call["type"] == "function" and call["function"]["name"] == "bash"
+    assert json.loads(call["function"]["arguments"]) == {"command": "ls"}
+    # The tool's result comes back; the next step of the script is the next call.
+    history = [{"role": "user", "content": prompt(FIX_INSTR)}, choice["message"],
+               {"role": "tool", "tool_call_id": call["id"], "content": "calc.py test_calc.py"}]
+    second = body_of(chat(double, history, tools=BASH_CHAT))["choices"][0]["message"]
+    command = json.loads(second["tool_calls"][0]["function"]["arguments"])["command"]
+    assert command == "sed -i 's/a - b/a + b/' calc.py"
+    history += [second, {"role": "tool", "tool_call_id": second["tool_calls"][0]["id"], "content": ""}]
+    done = body_of(chat(double, history, tools=BASH_CHAT))["choices"][0]
+    assert done["finish_reason"] == "stop" and "tool_calls" not in done["message"]
+    assert done["message"]["content"] == DONE_REPLY["analysis"]  # past the script: plain text ends the run
+
+
+def test_a_streamed_chat_tool_call_reads_back_through_the_openai_client(double: ProviderDouble) -> None:
+    import openai
+
+    client = openai.OpenAI(base_url=double.base_url, api_key="unused", max_retries=0)
+    stream = client.chat.completions.create(model="replay-strong", stream=True, tools=BASH_CHAT,
+                                            messages=[{"role": "user", "content": prompt(HELLO_INSTR)}])
+    name, arguments, finish = "", "", None
+    for chunk in stream:
+        for delta_call in chunk.choices[0].delta.tool_calls or []:
+            name += delta_call.function.name or ""
+            arguments += delta_call.function.arguments or ""
+        finish = chunk.choices[0].finish_reason or finish
+    assert (name, json.loads(arguments), finish) == ("bash", {"command": "echo hello > /app/hello.txt"}, "tool_calls")
+
+
+def test_responses_answer_with_a_function_call_whose_argv_is_the_command(double: ProviderDouble) -> None:
+    import openai
+
+    body = {"model": "replay-strong", "input": prompt(FIX_INSTR), "tools": SHELL_RESPONSES}
+    whole = HTTP.post(double.base_url + "/responses", json=body).json()
+    (item,) = whole["output"]
+    assert item["type"] == "function_call" and item["name"] == "shell" and item["call_id"]
+    assert json.loads(item["arguments"]) == {"command": ["bash", "-lc", "ls"]}
+    client = openai.OpenAI(base_url=double.base_url, api_key="unused", max_retries=0)
+    with client.responses.stream(model="replay-strong", input=prompt(FIX_INSTR), tools=SHELL_RESPONSES) as stream:
+        final = stream.get_final_response()
+    (streamed,) = final.output
+    assert streamed.type == "function_call" and json.loads(streamed.arguments) == {"command": ["bash", "-lc", "ls"]}
+    # A function call in the input is the assistant's turn: the next step follows.
+    second = HTTP.post(double.base_url + "/responses", json={**body, "input": [
+        {"role": "user", "content": prompt(FIX_INSTR)}, item,
+        {"type": "function_call_output", "call_id": item["call_id"], "output": "calc.py"}]}).json()
+    assert json.loads(second["output"][0]["arguments"])["command"][2] == "sed -i 's/a - b/a + b/' calc.py"
+
+
+def test_messages_answer_with_tool_use_streamed_or_not(double: ProviderDouble) -> None:
+    headers = {"anthropic-version": "2023-06-01"}
+    body = {"model": "replay-strong", "max_tokens": 1000, "tools": BASH_MESSAGES,
+            "messages": [{"role": "user", "content": prompt(HELLO_INSTR)}]}
+    whole = HTTP.post(double.base_url + "/messages", json=body, headers=headers).json()
+    assert whole["stop_reason"] == "tool_use"
+    (block,) = whole["content"]
+    assert block["type"] == "tool_use" and block["name"] == "Bash" and block["id"].startswith("toolu_")
+    assert block["input"] == {"command": "echo hello > /app/hello.txt"}
+    streamed = HTTP.post(double.base_url + "/messages", json={**body, "stream": True}, headers=headers)
+    events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: ")]
+    start = next(e for e in events if e["type"] == "content_block_start")["content_block"]
+    partial = "".join(e["delta"]["partial_json"] for e in events if e["type"] == "content_block_delta")
+    stop = next(e for e in events if e["type"] == "message_delta")["delta"]["stop_reason"]
+    assert (start["type"], start["name"], start["input"]) == ("tool_use", "Bash", {})
+    assert json.loads(partial) == {"command": "echo hello > /app/hello.txt"} and stop == "tool_use"
+
+
+def test_an_agent_told_to_finish_by_a_command_gets_that_command_at_the_end(double: ProviderDouble) -> None:
+    system = "Finish your work by issuing the following command: `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`."
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": prompt(FIX_INSTR_STRICT)}]
+    message = body_of(chat(double, messages, tools=BASH_CHAT))["choices"][0]["message"]
+    assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == {
+        "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}

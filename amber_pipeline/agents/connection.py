@@ -45,18 +45,18 @@ class HarborAgent:
     env: dict[str, str] = field(default_factory=dict)
 
 
-def harbor_agent(spec: AgentSpec, *, provider: str | None = None, model: str | None = None,
+def harbor_agent(spec: AgentSpec, *, litellm_prefix: str | None = None, model: str | None = None,
                  proxy: str | None = None, token: str | None = None) -> HarborAgent:
     """Harbor's configuration of `spec` for a Trial whose calls go to the model proxy at `proxy` (its root URL)
-    with `token`, for a Model of `provider` named `model`."""
+    with `token`, for the Model `model` of a Provider that litellm names with `litellm_prefix`."""
     kwargs: dict[str, object] = dict(spec.settings)
     if not spec.needs_model:
         return HarborAgent(name=spec.name, kwargs=kwargs)
-    assert provider and model and proxy and token, "an Agent that calls a Model needs the proxy and a token"
+    assert litellm_prefix and model and proxy and token, "an Agent that calls a Model needs the proxy and a token"
     # Claude Code speaks only Anthropic Messages (a replay answers it so too); the others follow the Provider.
-    anthropic = provider == "anthropic" or spec.name == "claude-code"
+    anthropic = litellm_prefix == "anthropic" or spec.name == "claude-code"
     v1 = proxy if anthropic else f"{proxy}/v1"  # Anthropic's clients add /v1/messages themselves
-    litellm_model = f"{'anthropic' if anthropic else 'openai'}/{model}"
+    litellm_model = f"{'anthropic' if anthropic else litellm_prefix}/{model}"
     if spec.software is None:  # Terminus-2, on the host: litellm
         return HarborAgent(name=spec.name, model_name=litellm_model,
                            kwargs=kwargs | {"api_base": v1, "llm_kwargs": {"api_key": token}})

@@ -125,7 +125,7 @@ def run_cell(run: CellRun, *, concurrency: int = DEFAULT_CONCURRENCY,
                                                      Budget(run.budget, run.prices, mc), run.allowed_providers,
                                                      hosts))
             if sandboxes.gateway is not None:
-                net.allow_host_port(int(models.proxy.base_url(sandboxes.gateway).rsplit(":", 1)[1]))
+                net.allow_host_port(models.proxy.port(sandboxes.gateway))
         runner = _CellRunner(run, agent, models, sandboxes, on_trial_done, keep_going or (lambda: True))
         records = asyncio.run(runner.run_all(concurrency))
         return CellOutput(records, models.calls if models else [])
@@ -207,8 +207,9 @@ class _CellRunner:
         grant = None
         if models is not None:
             grant = models.open(key)
-            harbor = harbor_agent(self.agent, provider=models.mc.provider, model=models.mc.model,
-                                  proxy=models.proxy.base_url(self.sandboxes.gateway), token=grant.token)
+            harbor = harbor_agent(self.agent, litellm_prefix=models.mc.provider_spec.litellm_prefix,
+                                  model=models.mc.model, proxy=models.proxy.base_url(self.sandboxes.gateway),
+                                  token=grant.token)
         else:
             harbor = harbor_agent(self.agent)
         config = TrialConfig(

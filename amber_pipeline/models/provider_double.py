@@ -30,8 +30,9 @@ Every route also answers without the ``/v1`` prefix, as clients differ on it.
 With ``api_key`` set, calls without it get the Provider's 401.
 
 The script. Task = the one whose stripped instruction occurs in the first user
-message that contains one (the most specific if several do); turn = the number of assistant
-messages so far; past the end of a script it answers ``DONE_REPLY``
+message that contains one (the most specific if several do: Agents may send
+context before it); turn = the number of assistant messages so far; past the
+end of a script it answers ``DONE_REPLY``
 (Terminus-2 needs ``task_complete`` twice to finish). A scripted reply that is
 an object is sent as its JSON text (Terminus-2 parses it); a string is sent as
 it is (a Direct Agent's answer). ``{"alternatives": [...]}`` answers the k-th
@@ -316,7 +317,7 @@ def _shell_tool(tools: Any) -> _ShellTool | None:
         if not isinstance(name, str) or name.lower() not in _SHELL_TOOLS:
             continue
         schema = spec.get("parameters") or spec.get("input_schema") or {}
-        props = schema.get("properties") or {} if isinstance(schema, dict) else {}
+        props = (schema.get("properties") or {}) if isinstance(schema, dict) else {}
         for argument in ("command", "cmd"):
             if argument in props:
                 return _ShellTool(name, argument, (props[argument] or {}).get("type") == "array")
@@ -635,12 +636,12 @@ class ProviderDouble:
         """The scripted reply to this call: its text, or a tool call (with empty text)."""
         replay, instrs = call.replay, self._instructions
         matches: list[str] = []
-        for user in call.users:  # the first user message naming a Task (Agents may send context before it)
+        for user in call.users:
             matches = [t for t, i in instrs.items() if t in replay.scripts and i in user]
             if matches:
                 break
         if not matches:
-            msg = f"No scripted Task of replay '{replay.model}' matches the first user message"
+            msg = f"No scripted Task of replay '{replay.model}' matches a user message"
             raise _Error(400, msg, code="no_scripted_task")
         task = max(matches, key=lambda t: len(instrs[t]))  # most specific
         script = replay.scripts[task]

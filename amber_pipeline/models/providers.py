@@ -34,7 +34,7 @@ class Provider:
     wires: frozenset[Wire]
     base_url: str | None  # None: given by each Model Configuration (OpenAI-compatible endpoints)
     key_env: str | None  # None: given by each Model Configuration, or no key needed
-    litellm_prefix: str  # how litellm-based Agents (Terminus-2) name a model of this Provider
+    litellm_prefix: str  # how litellm-based Agents (Terminus-2, mini-swe-agent) name a model of this Provider
 
     @property
     def env_base_url(self) -> str:

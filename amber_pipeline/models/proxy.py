@@ -139,10 +139,17 @@ class ModelProxy:
 
     def base_url(self, host: str | None = None) -> str:
         """The proxy's address on ``host`` (the first listening address by default), without a trailing /v1."""
+        return f"http://{self._address(host)[0]}:{self._address(host)[1]}"
+
+    def port(self, host: str | None = None) -> int:
+        """The port the proxy listens on at ``host``."""
+        return self._address(host)[1]
+
+    def _address(self, host: str | None) -> tuple[str, int]:
         for sock in self._sockets:
             addr, port = sock.getsockname()[:2]
             if host is None or addr == host:
-                return f"http://{addr}:{port}"
+                return addr, port
         raise ValueError(f"the proxy does not listen on {host}")
 
     # -- lifecycle ---------------------------------------------------------
