@@ -20,17 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-AGENT_ROOT = "/opt/amber-agent"
-NODE_DIR = f"{AGENT_ROOT}/node"  # Node.js for the Agents written in JavaScript (pi)
-
 
 @dataclass(frozen=True)
 class Command:
     """A command an Agent's software puts on the PATH: a wrapper that runs ``target``."""
 
     name: str
-    target: str  # relative to the Agent's folder
-    node: bool = False  # a JavaScript entry point, run by Amber's Node.js
+    target: str  # relative to the Agent's folder (/opt/amber-agent/<agent>)
+    node: bool = False  # a JavaScript entry point, run by the Node.js of the Agents' runtime image
     path: str | None = None  # a folder (relative to the Agent's folder) its own helpers are found in
 
 
@@ -48,9 +45,6 @@ class Software:
     @property
     def node(self) -> bool:
         return any(c.node for c in self.commands)
-
-    def folder(self, agent: str) -> str:
-        return f"{AGENT_ROOT}/{agent}"
 
     def snapshot(self) -> dict[str, object]:
         """Everything that changes what is installed: what an image of it is keyed by."""

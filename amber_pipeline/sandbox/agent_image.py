@@ -99,7 +99,6 @@ class SoftwareRecipe(Protocol):
     def node(self) -> bool: ...
     @property
     def commands(self) -> Sequence[CommandRecipe]: ...
-    def snapshot(self) -> dict[str, object]: ...
 
 
 def software_image(client: docker.DockerClient, agent: str, software: SoftwareRecipe, *, fresh: bool = False) -> str:
@@ -112,11 +111,13 @@ def software_image(client: docker.DockerClient, agent: str, software: SoftwareRe
         install = (f"{AGENT_ROOT}/node/bin/node {AGENT_ROOT}/node/lib/node_modules/npm/bin/npm-cli.js install -g "
                    f"--ignore-scripts --prefix {folder} '{software.package}@{software.version}'")
     else:
-        pip = f"{folder}/bin/pip install -q"
-        install = f"python3 -m venv {folder} && "
-        install += (f"{pip} --no-deps '{software.package}=={software.version}' && {pip} "
-                    + " ".join(f"'{r}'" for r in software.requirements)
-                    if software.requirements else f"{pip} '{software.package}=={software.version}'")
+        pip, pinned = f"{folder}/bin/pip install -q", f"'{software.package}=={software.version}'"
+        steps = [f"python3 -m venv {folder}"]
+        if software.requirements:  # its dependencies as the Agent's record lists them, not as it declares them
+            steps += [f"{pip} --no-deps {pinned}", f"{pip} " + " ".join(f"'{r}'" for r in software.requirements)]
+        else:
+            steps.append(f"{pip} {pinned}")
+        install = " && ".join(steps)
     keep_node = "" if software.node else f" && rm -rf {AGENT_ROOT}/node"
     dockerfile = (f"FROM {runtime}\nCOPY bin/ {WRAPPERS}/\n"
                   f"RUN {install} && {WRAPPERS}/{software.commands[0].name} {software.check} >/dev/null"
