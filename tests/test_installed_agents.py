@@ -47,13 +47,15 @@ CATALOG = PROJECT_ROOT / "amber_pipeline" / "models" / "catalog.toml"
 TASK = "count-log-errors"  # replay-strong solves it in two commands: look, then write the report
 WS = DEFAULT_WORKSPACE
 
-# Agent -> (catalog Model Configuration, the model id it sends, the wire its calls must use)
-CASES = {
-    "claude-code": ("claude-haiku-4.5", "claude-haiku-4-5", "messages"),
-    "codex": ("gpt-5-mini", "gpt-5-mini", "responses"),
-    "pi": ("gpt-5-mini", "gpt-5-mini", "chat"),
-    "mini-swe-agent": ("gpt-5-mini", "gpt-5-mini", "chat"),
-}
+# (Agent, catalog Model Configuration, the model id it sends, the wire its calls must use)
+CASES = [
+    ("claude-code", "claude-haiku-4.5", "claude-haiku-4-5", "messages"),
+    ("codex", "gpt-5-mini", "gpt-5-mini", "responses"),
+    ("pi", "gpt-5-mini", "gpt-5-mini", "chat"),
+    ("pi", "claude-haiku-4.5", "claude-haiku-4-5", "messages"),
+    ("mini-swe-agent", "gpt-5-mini", "gpt-5-mini", "chat"),
+    ("mini-swe-agent", "claude-haiku-4.5", "claude-haiku-4-5", "messages"),
+]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -76,7 +78,7 @@ def double(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Pr
     shutil.copytree(DEMO / TASK, bench / TASK)
     script = json.loads(STRONG.read_text())["tasks"][TASK]
     replays = []
-    for model in {m for _, m, _ in CASES.values()}:
+    for model in {m for _, _, m, _ in CASES}:
         path = tmp_path / f"{model}.json"
         path.write_text(json.dumps({"model": model, "tasks": {TASK: script}}))
         replays.append(load_replay(path))
@@ -104,11 +106,11 @@ def catalog_cost(mc: str, input_tokens: int, cached: int, output: int) -> Decima
     return dollars.quantize(Decimal("0.000001"), rounding=ROUND_HALF_UP)
 
 
-@pytest.mark.parametrize("agent", sorted(CASES))
+@pytest.mark.parametrize(("agent", "mc", "model", "wire"), CASES, ids=[f"{a}-{w}" for a, _, _, w in CASES])
 def test_an_installed_agent_solves_a_demo_task_through_the_proxy(
-        agent: str, double: tuple[ProviderDouble, str, Path], warehouse: Warehouse) -> None:
+        agent: str, mc: str, model: str, wire: str, double: tuple[ProviderDouble, str, Path],
+        warehouse: Warehouse) -> None:
     d, key, bench = double
-    mc, model, wire = CASES[agent]
     funded(warehouse, WS, "20")
     _, job = lifecycle.submit(warehouse, WS, local_user(), request(str(bench), agent, [mc]))
     for cell in cells_of(warehouse, job.id):
