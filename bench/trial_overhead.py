@@ -2,12 +2,20 @@
 
 Runs N nop Trials of a trivial Task through Amber (`trial_runner.run_cell`,
 concurrency 1: Harbor's Trial on AmberSandbox, records included) and, in the
-same process, the same container lifecycle done directly with the Docker SDK:
-create and start a container from the same image with `sleep infinity`, put
-the Task's tests in, exec the test script, read the reward file, remove it by
-force. Both are warmed up first (the image is built before anything is timed).
+same process and in turns with them, the same container lifecycle done
+directly with the Docker SDK: create and start a container from the same image
+with `sleep infinity`, put the Task's tests in, exec the test script, read the
+reward file, remove it by force. Both are warmed up first (the image is built
+before anything is timed). Taking turns, both sides see the same load of the
+machine however it drifts, which other users of the engine make it do.
 
-    .venv/bin/python bench/trial_overhead.py [--n 10]
+Then throughput: T nop Trials through Amber (`run_cell` of one Task with T
+Trials per Task) at concurrency 1, 2 and 4, against T direct lifecycles run by
+as many threads, each timed from first start to last finish.
+
+The lines that start with FIGURE are for machines: `FIGURE <name> <value> <unit>`.
+
+    .venv/bin/python bench/trial_overhead.py [--n 10] [--trials 40] [--concurrency 1,2,4] [--quick]
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ import tarfile
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from amber_pipeline.agents.catalog import agent_spec
@@ -28,6 +38,7 @@ from amber_pipeline.cells import NO_MODEL, Cell
 from amber_pipeline.jobs import trial_runner
 from amber_pipeline.sandbox import docker_engine
 from amber_pipeline.sandbox import environment as sandbox
+from amber_pipeline.warehouse.schemas import TrialRecord
 
 TEST_SH = """#!/bin/bash
 mkdir -p /logs/verifier
@@ -50,18 +61,37 @@ def make_benchmark(root: Path) -> Path:
     return root / "bench"
 
 
-def amber_trials(bv: benchmark.BenchmarkVersion, n: int, run_dir: Path) -> list[float]:
-    """Wall time of each of n nop Trials run one after the other by run_cell."""
+def run_nop_cell(bv: benchmark.BenchmarkVersion, n: int, run_dir: Path, concurrency: int = 1,
+                 on_trial_done: Callable[[TrialRecord], None] | None = None) -> float:
+    """n nop Trials of the Task through run_cell, all checked to score 0; the wall time of the cell run."""
     cell = Cell(bv.id, "nop", agent_spec("nop").spec_id, NO_MODEL)
     run = trial_runner.CellRun(job_id=f"bench-{uuid.uuid4().hex[:8]}", cell=cell, benchmark=bv,
                                trials_per_task=n, run_dir=run_dir, workspace="bench")
-    marks = [time.perf_counter()]
-    records = trial_runner.run_cell(run, concurrency=1,
-                                    on_trial_done=lambda r: marks.append(time.perf_counter())).records
+    t0 = time.perf_counter()
+    records = trial_runner.run_cell(run, concurrency=concurrency, on_trial_done=on_trial_done).records
+    elapsed = time.perf_counter() - t0
     bad = [(r.trial_name, r.reward, r.error_type, r.error_message) for r in records if r.errored or r.reward != 0.0]
-    if bad:
-        raise SystemExit(f"nop Trials did not all score 0: {bad}")
-    return [b - a for a, b in zip(marks, marks[1:], strict=False)]
+    if bad or len(records) != n:
+        raise SystemExit(f"nop Trials did not all score 0 ({len(records)} of {n} ran): {bad}")
+    return elapsed
+
+
+def latencies(bv: benchmark.BenchmarkVersion, client, image_id: str, n: int,
+              run_dir: Path) -> tuple[list[float], list[float]]:
+    """Wall times of n nop Trials run one after the other by run_cell and of n direct lifecycles, in turns: a
+    direct one runs as each Trial ends (on_trial_done holds the next Trial back until it returns). The first
+    Trial's time includes run_cell's setup, as a cell run's does."""
+    amber: list[float] = []
+    direct: list[float] = []
+    resumed = [time.perf_counter()]
+
+    def in_between(_record: TrialRecord) -> None:
+        amber.append(time.perf_counter() - resumed[0])
+        direct.append(direct_trial(client, image_id))
+        resumed[0] = time.perf_counter()
+
+    run_nop_cell(bv, n, run_dir, on_trial_done=in_between)
+    return amber, direct
 
 
 def _tar(files: dict[str, bytes]) -> bytes:
@@ -74,27 +104,44 @@ def _tar(files: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def direct_trials(client, image_id: str, n: int) -> list[float]:
-    """The same lifecycle with the Docker SDK alone."""
-    tests = _tar({"tests/test.sh": TEST_SH.encode()})
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        c = client.containers.run(image_id, ["sleep", "infinity"], detach=True, init=True, network_mode="none",
-                                  nano_cpus=10**9, mem_limit="512m", memswap_limit="512m",
-                                  labels={"org.amber.bench": "trial-overhead"})
-        try:
-            c.put_archive("/", tests)
-            code, _ = c.exec_run(["bash", "/tests/test.sh"])
-            stream, _ = c.get_archive("/logs/verifier/reward.txt")
-            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-                reward = float(tar.extractfile(tar.getmembers()[0]).read())
-            if code != 0 or reward != 0.0:
-                raise SystemExit(f"direct lifecycle: test.sh exited {code}, reward {reward}")
-        finally:
-            c.remove(force=True)
-        times.append(time.perf_counter() - t0)
-    return times
+def direct_trial(client, image_id: str) -> float:
+    """The same lifecycle with the Docker SDK alone; its wall time."""
+    t0 = time.perf_counter()
+    c = client.containers.run(image_id, ["sleep", "infinity"], detach=True, init=True, network_mode="none",
+                              nano_cpus=10**9, mem_limit="512m", memswap_limit="512m",
+                              labels={"org.amber.bench": "trial-overhead"})
+    try:
+        c.put_archive("/", _tar({"tests/test.sh": TEST_SH.encode()}))
+        code, _ = c.exec_run(["bash", "/tests/test.sh"])
+        stream, _ = c.get_archive("/logs/verifier/reward.txt")
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            reward = float(tar.extractfile(tar.getmembers()[0]).read())
+        if code != 0 or reward != 0.0:
+            raise SystemExit(f"direct lifecycle: test.sh exited {code}, reward {reward}")
+    finally:
+        c.remove(force=True)
+    return time.perf_counter() - t0
+
+
+def direct_trials(client, image_id: str, n: int, concurrency: int = 1) -> list[float]:
+    """n direct lifecycles run by `concurrency` threads; the wall time of each."""
+    with ThreadPoolExecutor(concurrency) as pool:
+        return list(pool.map(lambda _: direct_trial(client, image_id), range(n)))
+
+
+def per_minute(n: int, seconds: float) -> float:
+    return 60 * n / seconds
+
+
+def amber_throughput(bv: benchmark.BenchmarkVersion, n: int, run_dir: Path, concurrency: int) -> float:
+    """nop Trials per minute through run_cell at a concurrency."""
+    return per_minute(n, run_nop_cell(bv, n, run_dir, concurrency))
+
+
+def direct_throughput(client, image_id: str, n: int, concurrency: int) -> float:
+    t0 = time.perf_counter()
+    direct_trials(client, image_id, n, concurrency)
+    return per_minute(n, time.perf_counter() - t0)
 
 
 def p90(xs: list[float]) -> float:
@@ -104,28 +151,52 @@ def p90(xs: list[float]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=10, help="Trials on each side (default 10)")
+    parser.add_argument("--n", type=int, default=10, help="Trials on each side for the latencies (default 10)")
+    parser.add_argument("--trials", type=int, default=40, help="Trials on each side per concurrency (default 40)")
+    parser.add_argument("--concurrency", default="1,2,4", help="concurrencies for throughput (default 1,2,4)")
+    parser.add_argument("--quick", action="store_true", help="a short run: --n 5 --trials 12")
     args = parser.parse_args()
+    if args.quick:
+        args.n, args.trials = 5, 12
+    concurrencies = [int(c) for c in args.concurrency.split(",") if c]
     client = docker_engine.connect()
     with tempfile.TemporaryDirectory(prefix="amber-bench-") as tmp:
         root = Path(tmp)
         bv = benchmark.snapshot(make_benchmark(root), root / "store", name="trial-overhead")
         # warm up: builds the image, imports Harbor, and runs each path once
-        amber_trials(bv, 1, root / "warmup")
+        run_nop_cell(bv, 1, root / "warmup")
         image_id = client.images.get(sandbox.image_tag(bv.task_path(bv.tasks[0]) / "environment")).id
-        direct_trials(client, image_id, 1)
+        direct_trial(client, image_id)
 
-        amber = amber_trials(bv, args.n, root / "run")
-        direct = direct_trials(client, image_id, args.n)
+        amber, direct = latencies(bv, client, image_id, args.n, root / "run")
+        throughput = {c: (amber_throughput(bv, args.trials, root / f"c{c}", c),
+                          direct_throughput(client, image_id, args.trials, c)) for c in concurrencies}
 
+    print_latencies(amber, direct, args.n, image_id)
+    print_throughput(throughput, args.trials)
+
+
+def print_latencies(amber: list[float], direct: list[float], n: int, image_id: str) -> None:
     a_med, d_med = statistics.median(amber), statistics.median(direct)
-    print(f"nop Trials of a trivial Task, n={args.n} each, concurrency 1, image {image_id[7:19]}")
+    print(f"nop Trials of a trivial Task, n={n} each, in turns, concurrency 1, image {image_id[7:19]}")
     print(f"{'':28}{'median s':>10}{'p90 s':>10}{'min s':>10}{'max s':>10}")
     for label, xs in (("Amber (run_cell, Harbor)", amber), ("Docker SDK directly", direct)):
         print(f"{label:28}{statistics.median(xs):10.3f}{p90(xs):10.3f}{min(xs):10.3f}{max(xs):10.3f}")
     print(f"ratio of medians (Amber / direct): {a_med / d_med:.2f}x; "
           f"overhead per Trial: {a_med - d_med:.3f} s (median)")
     print(f"ratio of p90s: {p90(amber) / p90(direct):.2f}x")
+    print(f"FIGURE nop_trial_ratio {a_med / d_med:.3f} x")
+
+
+def print_throughput(throughput: dict[int, tuple[float, float]], trials: int) -> None:
+    print()
+    print(f"Throughput: {trials} nop Trials on each side per concurrency, Trials per minute")
+    print(f"{'concurrency':>12}{'Amber':>10}{'direct':>10}{'Amber/direct':>14}")
+    for c, (amber, direct) in throughput.items():
+        print(f"{c:>12}{amber:10.1f}{direct:10.1f}{amber / direct:14.2f}")
+    for c, (amber, direct) in throughput.items():
+        print(f"FIGURE trials_per_minute_c{c} {amber:.1f} trials/min")
+        print(f"FIGURE direct_trials_per_minute_c{c} {direct:.1f} trials/min")
 
 
 if __name__ == "__main__":

@@ -424,3 +424,167 @@ def test_download_dir_and_file_round_trip(box, tmp_path):
     deep = tmp_path / "deep.txt"
     asyncio.run(box.download_file(f"{d}/a dir/deeper/still deeper/leaf.txt", deep))
     assert deep.read_bytes() == files["a dir/deeper/still deeper/leaf.txt"]
+
+
+# ---- 11. round trips: what a stat or one put can do takes no command --------------------
+
+
+def exec_commands(container_id: str, since: float) -> list[str]:
+    """The commands the engine was asked to run in a container since a moment: its own record of exec_create."""
+    events = DOCKER.events(since=f"{since:.6f}", until=f"{time.time() + 0.2:.6f}", decode=True,
+                           filters={"container": container_id, "event": "exec_create"})
+    return [e["Action"].removeprefix("exec_create: ") for e in events]
+
+
+@pytest.fixture
+def fresh(tmp_path, tracker) -> Iterator[AmberSandbox]:
+    """A sandbox of its own, just started: nothing has been asked of it yet."""
+    task = make_task(tmp_path / "tasks", "fresh")
+    sb = new_sandbox(task, tracker.session("fresh"), tmp_path / "trial")
+    asyncio.run(sb.start(force_build=False))
+    try:
+        yield sb
+    finally:
+        asyncio.run(sb.stop(delete=True))
+
+
+def stats(sb: AmberSandbox, *paths: str) -> dict[str, str]:
+    out = asyncio.run(sb.exec("stat -c '%n %U %a' " + " ".join(shlex.quote(p) for p in paths), user="root"))
+    assert out.return_code == 0, out.stderr
+    return {line.rsplit(" ", 2)[0]: " ".join(line.rsplit(" ", 2)[1:]) for line in out.stdout.splitlines()}
+
+
+def test_a_nop_trials_file_work_runs_no_command(fresh, tmp_path):
+    """Everything Harbor asks of a sandbox around a nop Agent, but the test script, without one exec: the log
+    folders, uploads into folders that are not there yet, empty folders out and in, is_dir, and the bookkeeping
+    commands that would change nothing. What they did is then checked by commands."""
+    tool = tmp_path / "tests" / "deep" / "tool.sh"
+    tool.parent.mkdir(parents=True)
+    tool.write_text("#!/bin/bash\necho tool\n")
+    tool.chmod(0o755)
+    (tmp_path / "empty").mkdir()
+    since = time.time()
+
+    async def harbors_calls():
+        await fresh.download_dir("/logs/agent", tmp_path / "out" / "agent")
+        await fresh.upload_dir(tmp_path / "empty", "/logs/agent")
+        assert await fresh.is_dir("/logs/artifacts", user="root")
+        await fresh.download_dir("/logs/artifacts", tmp_path / "out" / "artifacts")
+        gone = await fresh.exec("rm -f -- /logs/verifier/reward.txt /logs/verifier/reward.json", user="root")
+        await fresh.upload_dir(tmp_path / "tests", "/opt/new/tests")
+        await fresh.upload_file(tool, "/opt/also/new/tool.sh")
+        await fresh.upload_dir(tmp_path / "empty", "/opt/empty/folder")
+        made = await fresh.exec("chmod +x /opt/new/tests/deep/tool.sh", user="root")
+        return gone, made
+
+    gone, made = asyncio.run(harbors_calls())
+    assert exec_commands(fresh._container.id, since) == []
+    assert (gone.return_code, gone.stdout, gone.stderr) == (0, None, None)
+    assert made.return_code == 0
+    assert sorted(p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*")) == [
+        "agent", "artifacts"]
+    assert stats(fresh, "/logs/agent", "/logs/verifier", "/logs/artifacts", "/opt/new", "/opt/new/tests/deep",
+                 "/opt/also/new", "/opt/also/new/tool.sh", "/opt/empty/folder") == {
+        "/logs/agent": "root 777", "/logs/verifier": "root 777", "/logs/artifacts": "root 777",
+        "/opt/new": "root 755", "/opt/new/tests/deep": "root 755", "/opt/also/new": "root 755",
+        "/opt/also/new/tool.sh": "root 755", "/opt/empty/folder": "root 755"}
+    assert asyncio.run(fresh.exec("/opt/new/tests/deep/tool.sh", user="nobody")).stdout == "tool\n"
+
+
+def test_bookkeeping_commands_run_when_they_would_change_something(fresh):
+    since = time.time()
+    setup = asyncio.run(fresh.exec("mkdir -p /w && touch /w/old /w/plain && chmod 644 /w/plain", user="root"))
+    assert setup.return_code == 0, setup.stderr
+    assert asyncio.run(fresh.exec("rm -f -- /w/old /w/absent", user="root")).return_code == 0
+    assert asyncio.run(fresh.exec("chmod +x /w/plain", user="root")).return_code == 0
+    # a command the shell does more with than split words always runs
+    assert asyncio.run(fresh.exec("rm -f -- /w/absent; touch /w/ran", user="root")).return_code == 0
+    # rm -f of a folder fails, as rm says
+    refused = asyncio.run(fresh.exec("rm -f -- /logs/agent", user="root"))
+    assert refused.return_code != 0 and "directory" in refused.stderr
+    assert len(exec_commands(fresh._container.id, since)) == 5
+    assert stats(fresh, "/w/plain", "/w/ran")["/w/plain"] == "root 755"
+    assert asyncio.run(fresh.exec("test -e /w/old")).return_code == 1
+
+
+def test_a_log_folder_is_copied_out_once_anything_is_in_it(fresh, tmp_path):
+    made = asyncio.run(fresh.exec("mkdir -p /logs/artifacts/sub && echo a > /logs/artifacts/sub/deep.txt && "
+                                  "echo b > /logs/agent/top.txt"))
+    assert made.return_code == 0, made.stderr
+    asyncio.run(fresh.download_dir("/logs/agent", tmp_path / "agent"))
+    asyncio.run(fresh.download_dir("/logs/artifacts", tmp_path / "artifacts"))
+    assert (tmp_path / "agent" / "top.txt").read_text() == "b\n"
+    assert (tmp_path / "artifacts" / "sub" / "deep.txt").read_text() == "a\n"
+    # emptied again: its mtime moved, so it is copied, and found empty
+    asyncio.run(fresh.exec("rm /logs/agent/top.txt"))
+    asyncio.run(fresh.download_dir("/logs/agent", tmp_path / "again"))
+    assert list((tmp_path / "again").iterdir()) == []
+
+
+def test_logs_uploaded_with_the_first_copy_in_are_copied_out(fresh, tmp_path):
+    """The log folders go in with the first put, here one of files into them: not empty, though they went in
+    with their mtime at the epoch."""
+    src = tmp_path / "logs"
+    src.mkdir()
+    (src / "trajectory.json").write_text("{}")
+    asyncio.run(fresh.upload_dir(src, "/logs/agent"))
+    asyncio.run(fresh.download_dir("/logs/agent", tmp_path / "back"))
+    assert (tmp_path / "back" / "trajectory.json").read_text() == "{}"
+    assert stats(fresh, "/logs/agent", "/logs/agent/trajectory.json") == {
+        "/logs/agent": "root 777", "/logs/agent/trajectory.json": "root 644"}
+
+
+def test_is_dir_and_is_file_say_what_test_says(fresh):
+    paths = ["/logs/agent", "/logs", "/", "/k/dir", "/k/file", "/k/to-dir", "/k/to-file", "/k/dangling", "/k/absent",
+             "/k/file/under"]
+
+    async def kinds():
+        return {p: (await fresh.is_dir(p, user="root"), await fresh.is_file(p, user="root")) for p in paths}
+
+    before = asyncio.run(kinds())  # the log folders not yet put in among them
+    asyncio.run(fresh.exec("mkdir -p /k/dir && touch /k/file && ln -s /k/dir /k/to-dir && ln -s /k/file /k/to-file "
+                           "&& ln -s /nowhere /k/dangling", user="root"))
+    truth = {p: tuple(asyncio.run(fresh.exec(f"test -{flag} {p}")).return_code == 0 for flag in "df") for p in paths}
+    assert asyncio.run(kinds()) == truth
+    assert truth["/k/to-dir"] == (True, False) and truth["/k/to-file"] == (False, True)
+    assert {p: before[p] for p in paths[:3]} == {p: truth[p] for p in paths[:3]}
+
+
+def test_a_stat_of_a_removed_sandbox_fails_as_a_command_would(fresh):
+    from docker.errors import NotFound
+
+    DOCKER.containers.get(fresh._container.id).remove(force=True)
+    with pytest.raises(NotFound):
+        asyncio.run(fresh.is_dir("/logs/agent/absent", user="root"))
+    with pytest.raises(NotFound):
+        asyncio.run(fresh.exec("rm -f -- /absent", user="root"))
+
+
+def test_log_folders_the_image_has_keep_what_is_in_them(tmp_path, tracker):
+    task = make_task(tmp_path / "tasks", "has-logs", dockerfile=f"FROM {BASE_IMAGE}\nRUN mkdir -p /logs/agent && "
+                     f"echo {uid()} > /logs/agent/kept.txt && chmod 700 /logs/agent\n")
+    tracker.images.append(sandbox.image_tag(task / "environment"))
+    sb = new_sandbox(task, tracker.session("has-logs"), tmp_path / "trial")
+    asyncio.run(sb.start(force_build=False))
+    try:
+        asyncio.run(sb.download_dir("/logs/agent", tmp_path / "agent"))
+        assert (tmp_path / "agent" / "kept.txt").is_file()
+        assert stats(sb, "/logs/agent", "/logs/verifier")["/logs/agent"] == "root 777"
+    finally:
+        asyncio.run(sb.stop(delete=True))
+
+
+def test_sandboxes_after_the_first_connect_without_asking_the_engine(tmp_path, tracker, monkeypatch):
+    task = make_task(tmp_path / "tasks", "connect")
+    new_sandbox(task, tracker.session("first"), tmp_path / "first")  # learns the engine's API version
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("asked the engine again")
+
+    monkeypatch.setattr(sandbox.docker_engine, "connect", refuse)
+    sb = new_sandbox(task, tracker.session("second"), tmp_path / "second")
+    asyncio.run(sb.start(force_build=False))
+    try:
+        assert asyncio.run(sb.exec("echo hi")).stdout == "hi\n"
+    finally:
+        asyncio.run(sb.stop(delete=True))

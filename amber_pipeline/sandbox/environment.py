@@ -23,20 +23,49 @@ upload, download and stop. It enforces Amber's sandbox rules:
   child inherits), so nothing of a timed-out phase keeps running;
 - a timeout is known by our own clock, never inferred from exit code 124,
   which a user command may return on its own;
-- uploaded files are owned by root, whatever their owner on the host.
+- uploaded files are owned by root, whatever their owner on the host, and
+  keep of their mode only whether they are executable (755 or 644).
+
+A Trial's round trips to the engine are what it costs over the bare container
+lifecycle, and each one that copies files or runs a process costs about as much
+as another (Docker 20.10 starts a helper process for every copy). So, within
+the rules above:
+
+- files go in by one put at /, whose entries carry their whole path: Docker
+  makes the missing folders on the way (root's, mode 755, as `mkdir -p`);
+- Harbor's log folders (mode 777, as its `ensure_dirs` makes them) are known
+  empty when the image has none of them. They then go in with the first copy
+  into the sandbox, their mtime at the epoch, or just before the first command
+  or copy out, whichever comes first (no command of the Trial runs before, so
+  none misses them); until then the sandbox answers for them as for empty
+  folders. A folder that went in so and still has that mtime is still empty
+  (making, removing or renaming anything in it moves the mtime to now), so
+  copying it out, or an empty folder into it, takes a stat and no copy. Only a
+  command that sets the mtime back on purpose could hide what it put there, as
+  deleting it could;
+- what a stat tells (a HEAD request: no process) is not asked of a command:
+  `is_dir` and `is_file` as root, and Harbor's bookkeeping commands as root
+  when the files show they would change nothing (`rm -f --` of paths none of
+  which is there, `chmod +x` of files everyone may already run).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import io
+import json
 import shlex
 import tarfile
 import threading
+import time
 import uuid
+from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path, PurePosixPath
 
+import docker
 from docker.errors import APIError, BuildError, ImageNotFound, NotFound
 from harbor.environments.base import BaseEnvironment, ExecResult, SandboxBuildFailedError
 from harbor.environments.capabilities import EnvironmentCapabilities
@@ -49,8 +78,17 @@ IMAGE_REPOSITORY = "amber-env"
 SANDBOX_LABEL = "org.amber.sandbox"
 TRIAL_DIR_LABEL = "org.amber.trial_dir"  # the Trial's folder: unique per Job, cell and Trial
 _KILL_GRACE_SEC = 10
+_ENGINE_TIMEOUT_SEC = 120  # as docker_engine.connect gives its clients
+_ROOT = ("root", "0", 0)
+# Go's os.FileMode, as Docker's path stat gives it: the file type in high bits, permissions in the low ones
+_GO_MODE_DIR, _GO_MODE_SYMLINK = 1 << 31, 1 << 27
+_GO_MODE_TYPE = _GO_MODE_DIR | _GO_MODE_SYMLINK | 1 << 26 | 1 << 25 | 1 << 24 | 1 << 21 | 1 << 19
+_EVERYONE_RUNS = 0o111
+_EPOCH = "1970-01-01T00:00:00Z"
+_UNKNOWN: dict = {"mode": None}  # a path Docker could not stat (one through a file, say): only a command tells
 _build_locks: dict[str, threading.Lock] = {}
 _build_locks_guard = threading.Lock()
+_api_versions: dict[str, str] = {}  # by engine URL: what the first sandbox of the process learnt
 
 
 def image_tag(environment_dir: Path, docker_image: str | None = None) -> str:
@@ -58,6 +96,17 @@ def image_tag(environment_dir: Path, docker_image: str | None = None) -> str:
     if docker_image and not (environment_dir / "Dockerfile").is_file():
         return docker_image
     return f"{IMAGE_REPOSITORY}:{environment_content_hash(environment_dir, docker_image=docker_image)}"
+
+
+def _connect() -> docker.DockerClient:
+    """A client of a sandbox's own. The first one of a process checks that the engine answers and learns its API
+    version; the others are given that version, so they cost no round trip (two, some 7 ms a Trial)."""
+    url = docker_engine.engine_url()
+    if url not in _api_versions:
+        client = docker_engine.connect()
+        _api_versions[url] = client.api.api_version
+        return client
+    return docker.DockerClient(base_url=url, version=_api_versions[url], timeout=_ENGINE_TIMEOUT_SEC)
 
 
 def _build_lock(tag: str) -> threading.Lock:
@@ -75,8 +124,13 @@ class AmberSandbox(BaseEnvironment):
         self._network_name = amber_network
         self._egress_proxy = amber_egress_proxy
         self._agent_software = amber_agent_software
-        self._client = docker_engine.connect()
+        self._client = _connect()
         self._container = None
+        # Harbor's log folders still to go in (until then there and empty), and those that went in empty with
+        # their mtime at the epoch; the lock keeps one copy in at a time, so a folder goes in once.
+        self._pending: tuple[PurePosixPath, ...] = ()
+        self._made_empty: set[PurePosixPath] = set()
+        self._copy_in = threading.Lock()
         # stop() may run while start() is still building in its thread (Harbor
         # cancels a start that times out): whoever comes second removes the container.
         self._stopped = threading.Event()
@@ -102,9 +156,20 @@ class AmberSandbox(BaseEnvironment):
 
     async def start(self, force_build: bool) -> None:
         await asyncio.to_thread(self._start, force_build)
-        paths = EnvironmentPaths.for_os(self.os)
-        await self.ensure_dirs([paths.agent_dir, paths.verifier_dir, paths.artifacts_dir])
+        if not self._pending:  # the image has some of them: made as Harbor makes them, keeping what is there
+            await self.ensure_dirs(self._log_dirs())
         await self._upload_environment_dir_after_start()
+
+    def _log_dirs(self) -> list[PurePosixPath]:
+        paths = EnvironmentPaths.for_os(self.os)
+        return [PurePosixPath(d) for d in (paths.agent_dir, paths.verifier_dir, paths.artifacts_dir)]
+
+    def _defer_log_dirs(self) -> None:
+        """Harbor's log folders are to go in with the first copy in when the image has none of them."""
+        dirs = self._log_dirs()
+        if all(stat is None for stat in self._stats([str(d) for d in dirs])):
+            self._made_empty.update(dirs)
+            self._pending = tuple(dirs)
 
     def _start(self, force_build: bool) -> None:
         tag = image_tag(self.environment_dir, self.task_env_config.docker_image)
@@ -145,6 +210,7 @@ class AmberSandbox(BaseEnvironment):
         container.start()
         if self._network_name:
             network.isolate(container)
+        self._defer_log_dirs()
 
     def _ensure_image(self, tag: str, force_build: bool) -> str:
         with _build_lock(tag):
@@ -187,6 +253,11 @@ class AmberSandbox(BaseEnvironment):
     async def exec(self, command: str, cwd: str | None = None, env: dict[str, str] | None = None,
                    timeout_sec: int | None = None, user: str | int | None = None) -> ExecResult:
         container = self._require_container()
+        answer = await self._answer_from_files(command, user)
+        if answer is not None:
+            return answer
+        if self._pending:
+            await asyncio.to_thread(self._settle)
         marker = uuid.uuid4().hex
         environment = {**(self._merge_env(env) or {}), "AMBER_EXEC_ID": marker}
         resolved_user = self._resolve_user(user)
@@ -195,15 +266,14 @@ class AmberSandbox(BaseEnvironment):
             api.exec_create, container.id, ["bash", "-c", command], environment=environment,
             workdir=cwd or self.task_env_config.workdir or None,
             user="" if resolved_user is None else str(resolved_user)))["Id"]
-        running = asyncio.ensure_future(asyncio.to_thread(api.exec_start, exec_id, demux=True))
+        running = asyncio.ensure_future(asyncio.to_thread(_run_exec, api, exec_id))
         try:
-            stdout, stderr = await asyncio.wait_for(asyncio.shield(running), timeout_sec)
+            stdout, stderr, code = await asyncio.wait_for(asyncio.shield(running), timeout_sec)
         except (TimeoutError, asyncio.CancelledError) as stopped:
             await asyncio.shield(self._kill_marked(marker, running))
             if isinstance(stopped, asyncio.CancelledError):
                 raise
             raise TimeoutError(f"Command timed out after {timeout_sec} s: {command[:200]}") from None
-        code = (await asyncio.to_thread(api.exec_inspect, exec_id))["ExitCode"]
         return ExecResult(stdout=_text(stdout), stderr=_text(stderr), return_code=code)
 
     async def _kill_marked(self, marker: str, running: asyncio.Future) -> None:
@@ -221,22 +291,97 @@ class AmberSandbox(BaseEnvironment):
         except Exception:  # noqa: BLE001 - the stream of a killed command may end any way
             pass
 
+    async def _answer_from_files(self, command: str, user: str | int | None) -> ExecResult | None:
+        """What one of Harbor's bookkeeping commands would return, when the container's files show that it would
+        change nothing; None when it must run. One stat per path instead of a process."""
+        if not command.startswith(("rm -f -- ", "chmod +x ")) or self._resolve_user(user) not in _ROOT:
+            return None
+        words = _plain_words(command) or []
+        paths = words[3:] if words[:3] == ["rm", "-f", "--"] else words[2:] if words[:2] == ["chmod", "+x"] else []
+        if not paths or not all(PurePosixPath(p).is_absolute() for p in paths):
+            return None
+        stats = await asyncio.to_thread(self._stats, paths)
+        if words[0] == "rm" and all(s is None for s in stats):
+            return ExecResult(return_code=0)  # rm -f of nothing says nothing
+        if words[0] == "chmod" and all(_runnable_by_all(s) for s in stats):
+            return ExecResult(return_code=0)
+        return None
+
+    async def is_dir(self, path: str, user: str | int | None = None) -> bool:
+        kind = await self._kind_as_seen_by(path, user)
+        return await super().is_dir(path, user=user) if kind == "ask" else kind == "dir"
+
+    async def is_file(self, path: str, user: str | int | None = None) -> bool:
+        kind = await self._kind_as_seen_by(path, user)
+        return await super().is_file(path, user=user) if kind == "ask" else kind == "file"
+
+    async def _kind_as_seen_by(self, path: str, user: str | int | None) -> str | None:
+        """What a path is, as `test` run by `user` would see it, from a stat; "ask" when only running `test` can
+        tell: a relative path hangs on the command's folder, another user on permissions, a symlink on its target."""
+        if not PurePosixPath(path).is_absolute() or self._resolve_user(user) not in _ROOT:
+            return "ask"
+        kind = _kind(await asyncio.to_thread(self._stat, path))
+        return "ask" if kind in ("symlink", "unknown") else kind
+
+    def _stat(self, path: str) -> dict | None:
+        return self._stats([path])[0]
+
+    def _stats(self, paths: Sequence[str]) -> list[dict | None]:
+        """Docker's stat of paths in the container, None where nothing is there: a HEAD request each, no helper
+        process. Raises NotFound when it is the container that is gone, as an exec would."""
+        container = self._require_container()
+        api = self._client.api
+        stats: list[dict | None] = []
+        for path in paths:
+            wanted = PurePosixPath(path)
+            if wanted in self._pending:
+                stats.append({"name": wanted.name, "mode": _GO_MODE_DIR | 0o777, "mtime": _EPOCH})
+                continue
+            if any(d.is_relative_to(wanted) for d in self._pending):
+                self._settle()  # a folder above them: what it holds is to change
+            response = api.head(api._url("/containers/{0}/archive", container.id), params={"path": path})
+            stats.append(_stat_of(response))
+        if None in stats:
+            api.inspect_container(container.id)  # a 404 of the container itself raises here
+        return stats
+
     # ---- files ----------------------------------------------------------------
 
     async def upload_file(self, source_path: Path | str, target_path: str) -> None:
-        target = PurePosixPath(target_path)
-        data = _tar_of([(Path(source_path), target.name)])
-        await self._put(str(target.parent), data)
+        target = PurePosixPath("/", target_path)
+        await asyncio.to_thread(self._put, [(Path(source_path), target)])
 
     async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
-        source = Path(source_dir)
-        files = [(p, p.relative_to(source).as_posix()) for p in sorted(source.rglob("*"))]
-        await self._put(target_dir, _tar_of(files))
+        source, target = Path(source_dir), PurePosixPath("/", target_dir)
+        files = [(p, target / p.relative_to(source).as_posix()) for p in sorted(source.rglob("*"))]
+        if files:
+            await asyncio.to_thread(self._put, files)
+        else:
+            await self._make_dir(target)
 
-    async def _put(self, target_dir: str, data: bytes) -> None:
-        container = self._require_container()
-        await self.exec(f"mkdir -p {shlex.quote(target_dir)}", user="root")
-        await asyncio.to_thread(container.put_archive, target_dir, data)
+    async def _make_dir(self, path: PurePosixPath) -> None:
+        """`mkdir -p` of an empty upload's folder: nothing when it is there, else one put of it."""
+        kind = _kind(await asyncio.to_thread(self._stat, str(path)))
+        if kind is None:
+            await asyncio.to_thread(self._put, [], [_dir_entry(path, mode=0o755, mtime=time.time())])
+        elif kind != "dir":  # Docker follows a symlink, and refuses what is no folder, as before
+            await asyncio.to_thread(self._require_container().put_archive, str(path), _tar([]))
+
+    def _put(self, files: list[tuple[Path, PurePosixPath]], dirs: Sequence[tarfile.TarInfo] = ()) -> None:
+        """Copy host files and empty folders in by one put at /, with the log folders still to go in, if any."""
+        with self._copy_in:
+            pending = self._pending
+            filled = {p for _, p in files} | {PurePosixPath("/", d.name) for d in dirs}
+            self._made_empty -= {d for d in pending if any(p.is_relative_to(d) and p != d for p in filled)}
+            entries = [_dir_entry(d, mode=0o777, mtime=0) for d in pending] + list(dirs)
+            if files or entries:
+                self._require_container().put_archive("/", _tar(files, entries))
+            self._pending = ()
+
+    def _settle(self) -> None:
+        """Put in the log folders still pending, before anything that could tell they are not there yet."""
+        if self._pending:
+            self._put([])
 
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
         members = await self._get(source_path)
@@ -249,14 +394,26 @@ class AmberSandbox(BaseEnvironment):
             target.write_bytes(extracted.read())
 
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
-        data = await self._get(source_dir.rstrip("/") + "/.")
         target = Path(target_dir)
+        if await self._still_empty(source_dir):
+            target.mkdir(parents=True, exist_ok=True)
+            return
+        data = await self._get(source_dir.rstrip("/") + "/.")
         target.mkdir(parents=True, exist_ok=True)
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             tar.extractall(target, filter="data")
 
+    async def _still_empty(self, path: str) -> bool:
+        """Whether a log folder that went in empty still is: its mtime is still the epoch."""
+        if PurePosixPath(path) not in self._made_empty:
+            return False
+        stat = await asyncio.to_thread(self._stat, path)
+        return stat is not None and _kind(stat) == "dir" and datetime.fromisoformat(stat["mtime"]).timestamp() == 0
+
     async def _get(self, path: str) -> bytes:
         container = self._require_container()
+        if self._pending:
+            await asyncio.to_thread(self._settle)
         stream, _ = await asyncio.to_thread(container.get_archive, path)
         return b"".join(await asyncio.to_thread(list, stream))
 
@@ -266,12 +423,18 @@ class AmberSandbox(BaseEnvironment):
         return self._container
 
 
+def _run_exec(api, exec_id: str) -> tuple[bytes | None, bytes | None, int]:
+    """Start an exec and wait for its output, then its exit code: one thread for both."""
+    stdout, stderr = api.exec_start(exec_id, demux=True)
+    return stdout, stderr, api.exec_inspect(exec_id)["ExitCode"]
+
+
 def remove_sandboxes_under(run_dir: Path) -> list[str]:
     """Remove the sandboxes of Trials under a cell's run folder that a killed run left behind."""
     client = docker_engine.connect()
     prefix = f"{run_dir.resolve()}/"
     removed = []
-    for container in client.containers.list(all=True, filters={"label": TRIAL_DIR_LABEL}):
+    for container in client.containers.list(all=True, filters={"label": TRIAL_DIR_LABEL}, ignore_removed=True):
         if container.labels.get(TRIAL_DIR_LABEL, "").startswith(prefix):
             with contextlib.suppress(NotFound):
                 container.remove(force=True)
@@ -279,12 +442,15 @@ def remove_sandboxes_under(run_dir: Path) -> list[str]:
     return removed
 
 
-def _tar_of(files: list[tuple[Path, str]]) -> bytes:
-    """A tar of host files whose entries belong to root, keeping only the executable bit."""
+def _tar(files: Sequence[tuple[Path, PurePosixPath]], dirs: Sequence[tarfile.TarInfo] = ()) -> bytes:
+    """A tar to put in at /: empty folders, then host files whose entries belong to root, keeping only the
+    executable bit."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for path, name in files:
-            info = tar.gettarinfo(str(path), arcname=name)
+        for info in dirs:
+            tar.addfile(info)
+        for path, target in files:
+            info = tar.gettarinfo(str(path), arcname=_from_root(target))
             info.uid = info.gid = 0
             info.uname = info.gname = "root"
             if info.isdir():
@@ -294,6 +460,51 @@ def _tar_of(files: list[tuple[Path, str]]) -> bytes:
                 with path.open("rb") as f:
                     tar.addfile(info, f)
     return buf.getvalue()
+
+
+def _dir_entry(path: PurePosixPath, *, mode: int, mtime: float) -> tarfile.TarInfo:
+    """An empty folder belonging to root, as an entry of a tar put in at /."""
+    info = tarfile.TarInfo(_from_root(path))
+    info.type, info.mode, info.mtime = tarfile.DIRTYPE, mode, mtime
+    info.uname = info.gname = "root"
+    return info
+
+
+def _from_root(path: PurePosixPath) -> str:
+    """A container path as the name of an entry of a tar put in at /."""
+    return PurePosixPath("/", path).relative_to("/").as_posix()
+
+
+def _stat_of(response) -> dict | None:
+    """The stat in the answer to a HEAD of a container path; None when nothing is there."""
+    if response.status_code == 404:
+        return None
+    header = response.headers.get("X-Docker-Container-Path-Stat")
+    return json.loads(base64.b64decode(header)) if response.ok and header else _UNKNOWN
+
+
+def _kind(stat: dict | None) -> str | None:
+    """"dir", "file", "symlink", "other" or "unknown" from a Docker path stat; None when nothing is there."""
+    if stat is None:
+        return None
+    if stat["mode"] is None:
+        return "unknown"
+    kind = stat["mode"] & _GO_MODE_TYPE
+    return {0: "file", _GO_MODE_DIR: "dir", _GO_MODE_SYMLINK: "symlink"}.get(kind, "other")
+
+
+def _runnable_by_all(stat: dict | None) -> bool:
+    """A regular file that `chmod +x` would not change."""
+    return stat is not None and _kind(stat) == "file" and stat["mode"] & _EVERYONE_RUNS == _EVERYONE_RUNS
+
+
+def _plain_words(command: str) -> list[str] | None:
+    """A command's words when the shell would do nothing with it but split them (no expansion, no operator)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    return words if shlex.join(words) == command else None
 
 
 def _text(data: bytes | None) -> str | None:
