@@ -1,21 +1,22 @@
 """Cell assets: a cell's Trials, its per-Task Rewards, and its aggregate score.
 
 A cell is one (Benchmark Version, Agent Version, Model Configuration) triple,
-one partition of `cells`. A cell run is launched by `job_request_sensor` for one
-Job (the run tag `amber/job`), runs that Job's Trials of the cell, then
-recomputes the cell's Rewards and score over all its stored Trials.
+one partition of `cells`, named for people (`demo-bench@1/terminus-2/replay-strong`;
+its key, with the hashes, is the run tag `amber/cell`). A cell run is launched
+for one Job (the run tag `amber/job`) as the Job starts (`launcher/cell_runs.py`);
+it runs that Job's Trials of the cell, then scores every cell of the Benchmark
+Version and compares them, and only then marks the cell done.
 """
 
 
 import dagster as dg
 
-from amber_pipeline.analysis import plots
-from amber_pipeline.cells import NO_MODEL
-from amber_pipeline.jobs import cell_run
-from amber_pipeline.scoring import store
+from amber_pipeline.jobs import cell_names, cell_run
+from assets import metadata_tables
 from assets.resources import WarehouseResource
 
 JOB_TAG = "amber/job"
+CELL_TAG = "amber/cell"
 
 CELLS = "cells"
 cells = dg.DynamicPartitionsDefinition(name=CELLS)
@@ -35,7 +36,8 @@ def trials(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> d
         outcome = "Errored" if record.errored else f"Reward {record.reward}"
         context.log.info(f"Trial {record.trial_name}: {outcome} in {record.duration_sec:.1f} s")
 
-    records = cell_run.run_trials(wh, job_id, context.partition_key, on_trial_done=progress)
+    records = cell_run.run_trials(wh, job_id, cell_names.key_of(wh, context.partition_key),
+                                  on_trial_done=progress)
     errored = sum(r.errored for r in records)
     return dg.MaterializeResult(metadata={
         "job": job_id, "trials": len(records), "errored": errored,
@@ -55,46 +57,31 @@ CELL_AGGREGATES = dg.AssetSpec(
 
 @dg.multi_asset(specs=[REWARDS, CELL_AGGREGATES], partitions_def=cells, can_subset=False)
 def cell_scores(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
-    """Scores the cell over all its stored Trials with the scoring engine: its per-Task Rewards and its score."""
+    """Scores every cell of this cell's Benchmark Version over all their stored Trials with the scoring engine
+    and compares them, then marks the Job's cell done: its per-Task Rewards, its score beside its neighbours',
+    and the version's comparisons (recorded as a materialization of `comparisons`)."""
     wh = warehouse.get()
-    scores = store.write_cell(wh, context.partition_key)
-    one_workspace = len(scores.cells) == 1
-    rewards_md = "| Workspace | Task | Trials | Errored | mean Reward |\n|---|---|---|---|---|\n" + "\n".join(
-        f"| {c.scope} | {task} | {n} | {errored} | {'-' if mean is None else round(mean, 3)} |"
-        for c in scores.cells for task, n, errored, mean in zip(
-            *(c.task_rewards[k].to_pylist() for k in ("task", "n_trials", "n_errored", "mean_reward")), strict=True))
+    key = cell_names.key_of(wh, context.partition_key)
+    scores = cell_run.store_results(wh, key, context.run.tags.get(JOB_TAG))
+    names = cell_names.read(wh, [c.cell for c in scores.cells])
+    ours = [c for c in scores.cells if c.cell == key]
     yield dg.MaterializeResult(asset_key="rewards", metadata={
-        "tasks": sum(c.task_rewards.num_rows for c in scores.cells), "rewards": dg.MetadataValue.md(rewards_md)})
+        "cell": key, "tasks": sum(c.task_rewards.num_rows for c in ours), "rewards": metadata_tables.rewards(ours)})
 
-    md = "| Workspace | cell | Tasks | Trials | mean Reward | 95% CI | cost (USD) | mean duration | Errored |\n"
-    md += "|---|---|---|---|---|---|---|---|---|\n"
-    for c in scores.cells:
-        md += (f"| {c.scope} | {c.label} | {c.n_tasks} | {c.n_trials} | {c.mean:.3f} | "
-               f"[{c.ci95.low:.3f}, {c.ci95.high:.3f}] | {c.cost_usd:.4f} | "
-               f"{c.mean_duration_sec:.1f} s | {c.errored} |\n")
-    metadata: dict[str, dg.RawMetadataValue] = {"workspaces": len(scores.cells),
-                                                "cell_results": dg.MetadataValue.md(md)}
-    with wh.query() as con:
-        neighbours = con.execute(
-            """select workspace, agent, model_configuration, mean_reward, ci_low, ci_high from cell_aggregates
-               where benchmark_version_id in (select benchmark_version_id from cell_aggregates where cell_key = ?)
-                 and workspace in (select workspace from cell_aggregates where cell_key = ?)""",
-            [context.partition_key, context.partition_key]).fetchall()
-    if neighbours:
-        one_scope = len({w for w, *_ in neighbours}) == 1
-
-        def label(workspace: str, agent: str, mc: str) -> str:
-            name = agent if mc == NO_MODEL else f"{agent} / {mc}"
-            return name if one_scope else f"{workspace}: {name}"
-
-        rows = [plots.Row(label(w, agent, mc), mean, low, high) for w, agent, mc, mean, low, high in neighbours]
-        metadata["plot"] = dg.MetadataValue.md(plots.markdown_image(
-            lambda path: plots.forest(rows, [], path, title="Cells of this Benchmark Version")))
-    if one_workspace:
-        c = scores.cells[0]
+    metadata: dict[str, dg.RawMetadataValue] = {
+        "cell": key, "workspaces": len(ours),
+        "cells": metadata_tables.cells(scores.cells, names, key)}
+    if len(ours) == 1:
+        c = ours[0]
         metadata |= {"mean_reward": dg.MetadataValue.float(float(c.mean)),
                      "ci95": f"[{c.ci95.low:.3f}, {c.ci95.high:.3f}]", "errored": c.errored}
+    if scores.cells:
+        metadata["plot"] = dg.MetadataValue.md(metadata_tables.version_plots(scores.cells, names))
     yield dg.MaterializeResult(asset_key="cell_aggregates", metadata=metadata)
+    if scores.cells:
+        context.log_event(dg.AssetMaterialization(
+            "comparisons", description="This cell's Benchmark Version compared again as the cell finished.",
+            metadata=metadata_tables.comparisons(wh, scores.cells[0].benchmark)))
 
 
 cell_job = dg.define_asset_job(

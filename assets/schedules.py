@@ -32,7 +32,7 @@ def quote_expiry_schedule(context: dg.ScheduleEvaluationContext, warehouse: Ware
 
 
 reaggregation_schedule = dg.ScheduleDefinition(
-    job=reaggregation_job, cron_schedule="0 * * * *", execution_timezone="UTC",
+    name="reaggregation_schedule", job=reaggregation_job, cron_schedule="0 * * * *", execution_timezone="UTC",
     default_status=dg.DefaultScheduleStatus.RUNNING,
     description="Hourly: every cell's score and every comparison recomputed from the stored Trials.")
 
@@ -54,5 +54,5 @@ def transcript_expiry_job():
 
 
 transcript_expiry_schedule = dg.ScheduleDefinition(
-    job=transcript_expiry_job, cron_schedule="30 3 * * *", execution_timezone="UTC",
+    name="transcript_expiry_schedule", job=transcript_expiry_job, cron_schedule="30 3 * * *", execution_timezone="UTC",
     default_status=dg.DefaultScheduleStatus.RUNNING, description="Daily: delete transcripts older than 90 days.")

@@ -3,7 +3,7 @@
 Runs the demo Job (examples/demo-bench: terminus-2 with replay-strong and
 replay-weak, oracle and nop as bounds, one Trial per Task) twice in one
 scratch AMBER_HOME, each cell in this process one after the other, the way a
-cell run runs it (`cell_run.run_trials`: real Docker sandboxes, the model
+cell run runs it (`cell_run.run_cell_of_job`: real Docker sandboxes, the model
 proxy metering the replay models). The first Quote has no history, so it is
 made from the Agents' priors; the second from the first Job's Trials. For
 each cell of each run it prints the charges in the ledger over the cell's
@@ -55,7 +55,7 @@ def run_job(wh: Warehouse, title: str) -> list[float]:
         facts = quotes.task_facts(registry.version(wh, job.benchmark_version_id, job.benchmark_owner))
         print(f"sandbox images built before run 1: {sum(f.image_built for f in facts)} of {len(facts)} Tasks")
     for cell in made.cells:
-        cell_run.run_trials(wh, job.id, cell.cell_key)
+        cell_run.run_cell_of_job(wh, job.id, cell.cell_key)
     status = get_job(wh, job.id, None).status
     print(f"{title}: {job.id} quoted {show(made.amount)}, ended {status}")
     print(f"  {'cell':<28} {'quoted':>10} {'charged':>10} {'charged/quoted':>14}  estimate")

@@ -57,7 +57,7 @@ t_submit = time.perf_counter()
 (cell,) = cells_of(wh, job.id)
 records = cell_run.run_trials(wh, job.id, cell.cell_key)
 t_run = time.perf_counter()
-scores = store.write_cell(wh, cell.cell_key)
+scores = cell_run.store_results(wh, cell.cell_key, job.id)
 elapsed = time.perf_counter() - t0
 phases = {"submit": t_submit - t0, "run": t_run - t_submit, "score": elapsed - (t_run - t0)}
 with wh.query(ws) as con:

@@ -2,7 +2,8 @@
 # Makes this machine ready for Amber, doing only what is missing:
 #   1. a Python 3.12+ virtual environment in .venv with Amber installed;
 #   2. a Docker engine that answers (as root on Debian: installs docker.io and starts dockerd);
-#   3. the local base image amber-base:bookworm, built with debootstrap (no registry needed).
+#   3. the local base image amber-base:bookworm, built with debootstrap (no registry needed);
+#   4. Debian's chromium and chromium-driver for the browser test of the UI (as root on Debian).
 # A second run finds everything in place and takes seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -72,5 +73,18 @@ if [ "$have" != "$recipe" ]; then
     || die "debootstrap failed (see /tmp/amber-debootstrap.log): check that the Debian mirror $mirror is reachable."
   tar -C "$rootfs" -c . | docker import -c "LABEL org.amber.recipe=$recipe" -c 'CMD ["bash"]' - "$BASE_IMAGE" >/dev/null
   rm -rf "$rootfs"; trap - EXIT
+fi
+
+# ---- 4. Browser for the UI test ---------------------------------------------
+# tests/test_ui_browser.py drives the Dagster UI in Debian's headless Chromium and its driver (never a browser
+# that Selenium would download); without them that test skips.
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+  if [ "$(id -u)" = 0 ] && [ -f /etc/debian_version ]; then
+    say "installing Debian's chromium and chromium-driver for the UI test"
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver >/dev/null
+  else
+    say "no /usr/bin/chromium or /usr/bin/chromedriver: the browser test of the UI will skip (as root on Debian, this script installs them)"
+  fi
 fi
 say "ready: $(.venv/bin/python --version), Docker $(docker version -f '{{.Server.Version}}'), image $BASE_IMAGE"

@@ -1,32 +1,45 @@
-"""job_request_sensor: started Jobs become cell partitions and one run per cell.
+"""job_request_sensor: cells of started Jobs that no launcher took yet become cell runs.
 
-The cursor is the start sequence of the last Job seen: Jobs are numbered as
-they start, not as they are quoted, so a Job quoted early and started late is
-still seen. Run keys are `<job>:<cell file id>`, so a replayed tick or a reset
-cursor never starts a cell run twice. The catalog is read under Amber's shared
-lock, so a tick waits for a writer instead of failing on DuckDB's file lock.
+Most cells never reach it: the CLI tells the warm worker a Job started, and
+`submit_job` queues its Job's cell runs itself, both at once. The sensor is the path for Jobs
+started any other way (or while no warm worker ran): each tick claims the
+cells nobody claimed (`records.claim_cells`: one claim per cell, so a cell is
+never launched by both). A claim whose run never appeared (its launcher died
+in between) is asked again after a minute; its run key keeps it to one run.
+The catalog is read under Amber's shared lock, so a tick waits for a writer
+instead of failing on DuckDB's file lock.
 """
 
+from datetime import timedelta
 
 import dagster as dg
 
-from amber_pipeline.cells import cell_file_id
 from amber_pipeline.jobs import records
-from assets.cells import CELLS, JOB_TAG, cell_job, cells
+from assets.cells import CELL_TAG, CELLS, JOB_TAG, cell_job, cells
 from assets.resources import WarehouseResource
+from launcher.cell_runs import run_request
+
+STALE_CLAIM = timedelta(minutes=1)
 
 
 @dg.sensor(job=cell_job, minimum_interval_seconds=5, default_status=dg.DefaultSensorStatus.RUNNING,
-           description="Starts one cell run per cell of each newly started Job.")
+           description="Starts one cell run per cell of each started Job that the warm worker did not launch.")
 def job_request_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource):
-    after = int(context.cursor or 0)
-    waiting = records.waiting_cells(warehouse.get(), after)
-    if not waiting:
-        return dg.SkipReason(f"No Job started after start #{after}.")
+    wh = warehouse.get()
+    launches = records.claim_cells(wh) + _lost(context.instance, records.unstarted_claims(wh, STALE_CLAIM))
+    if not launches:
+        return dg.SkipReason("Every started Job's cells have their runs.")
     known = set(context.instance.get_dynamic_partitions(CELLS))
-    new_keys = sorted({c.cell_key for c in waiting} - known)
+    new_names = sorted({c.cell_name for c in launches} - known)
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(partition_key=c.cell_key, run_key=f"{c.job_id}:{cell_file_id(c.cell_key)}",
-                                    tags={JOB_TAG: c.job_id}) for c in waiting],
-        dynamic_partitions_requests=[cells.build_add_request(new_keys)] if new_keys else [],
-        cursor=str(max(c.start_seq for c in waiting)))
+        run_requests=[run_request(c) for c in launches],
+        dynamic_partitions_requests=[cells.build_add_request(new_names)] if new_names else [])
+
+
+def _lost(instance: dg.DagsterInstance, claimed: list[records.CellLaunch]) -> list[records.CellLaunch]:
+    """The claimed cells that have no run."""
+    if not claimed:
+        return []
+    runs = instance.get_run_records(dg.RunsFilter(tags={JOB_TAG: sorted({c.job_id for c in claimed})}))
+    have = {(r.dagster_run.tags.get(JOB_TAG), r.dagster_run.tags.get(CELL_TAG)) for r in runs}
+    return [c for c in claimed if (c.job_id, c.cell_key) not in have]

@@ -492,15 +492,16 @@ def test_cli_plot_without_the_plots_module_says_it_is_unavailable(tmp_path: Path
     assert result.exit_code == 1 and "Plotting is unavailable" in result.stderr
 
 
-def test_cli_plot_calls_forest_plot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_app: Callable) -> None:
+def test_cli_plot_calls_report_plots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_app: Callable) -> None:
     calls: list[tuple[dict, Path]] = []
     fake = types.ModuleType("amber_pipeline.analysis.plots")
-    fake.forest_plot = lambda rep, path: calls.append((rep, path))  # type: ignore[attr-defined]
+    fake.report_plots = lambda rep, path: calls.append((rep, path)) or [path]  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "amber_pipeline.analysis.plots", fake)
     app, _, _ = make_app([ev("a")])
     result = CliRunner().invoke(app, ["report", "job-abc", "--plot", str(tmp_path / "f.png")])
     assert result.exit_code == 0, result.output
     assert len(calls) == 1 and calls[0][1] == tmp_path / "f.png" and calls[0][0]["pass_rate"]["solved"] == 1
+    assert f"Wrote {tmp_path / 'f.png'}" in result.output
 
 
 def test_report_compares_the_model_routes_of_one_agent() -> None:

@@ -27,7 +27,6 @@ from amber_pipeline.jobs import lifecycle, records
 from amber_pipeline.money import wallet
 from amber_pipeline.money.identity import local_user
 from amber_pipeline.paths import PROJECT_ROOT
-from amber_pipeline.scoring import store
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.schemas import TrialRecord, trials_table
 
@@ -228,7 +227,7 @@ def test_a_task_that_does_not_build_and_the_others_go_on(tmp_path: Path, warehou
     job = submit(wh, str(bench_with_a_broken_task(tmp_path)), "oracle", [], 1, public=public)
     assert job.private is (not public)
     [cell] = records.cells_of(wh, job.id)
-    ran = {r.task_name: r for r in pipeline.run_trials(wh, job.id, cell.cell_key)}
+    ran = {r.task_name: r for r in pipeline.run_cell_of_job(wh, job.id, cell.cell_key)}
     good, broken = ran["ini-port-change"], ran["broken-env"]
     assert good.reward == 1.0 and good.outcome == "scored"
     assert broken.error_type == "SandboxBuildFailedError"
@@ -255,8 +254,7 @@ def test_results_and_sql_over_a_finished_job(tmp_path: Path, warehouse: Warehous
     wh = warehouse
     job = submit(wh, str(one_task_benchmark(tmp_path)), "oracle", [], 2, bounds=True)
     for cell in records.cells_of(wh, job.id):
-        pipeline.run_trials(wh, job.id, cell.cell_key)
-        store.write_cell(wh, cell.cell_key)  # the scoring engine's Rewards and aggregates (the asset's work)
+        pipeline.run_cell_of_job(wh, job.id, cell.cell_key)
     out = ok(cli("sql", f"select agent, count(*) as n, avg(reward) as mean from trials "
                         f"where job_id = '{job.id}' group by agent order by agent"))
     lines = [line for line in out.splitlines() if "oracle" in line or "nop" in line]

@@ -16,11 +16,12 @@ from helpers import funded, race, request, submit
 
 from amber_pipeline.cells import cell_file_id
 from amber_pipeline.definitions import defs
-from amber_pipeline.jobs import lifecycle, records
+from amber_pipeline.jobs import cell_names, lifecycle, records
 from amber_pipeline.money.identity import local_user
+from amber_pipeline.money.prices import show
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.warehouse.catalog import Warehouse
-from assets.cells import CELL_AGGREGATES, JOB_TAG, REWARDS, cell_scores, cells, trials
+from assets.cells import CELL_AGGREGATES, CELL_TAG, JOB_TAG, REWARDS, cell_scores, cells, trials
 from assets.comparisons import comparisons
 from assets.resources import WarehouseResource
 from sensors.job_requests import job_request_sensor
@@ -79,87 +80,93 @@ def tick_context(instance: dg.DagsterInstance, cursor: str | None) -> dg.SensorE
                                    resources={"warehouse": WarehouseResource()})
 
 
-def start_seq(wh: Warehouse, job_id: str) -> str:
-    """A Job's place in start order, as the sensor's cursor holds it."""
-    with wh.read() as con:
-        row = con.execute("select start_seq from jobs where id = ?", [job_id]).fetchone()
-    assert row is not None and row[0] is not None
-    return str(row[0])
+def names(wh: Warehouse, job_id: str) -> dict[str, str]:
+    """Cell key -> name of a Job's cells."""
+    return cell_names.read(wh, [c.cell_key for c in records.cells_of(wh, job_id)])
 
 
-def test_sensor_turns_new_jobs_into_cell_runs(warehouse: Warehouse, instance: dg.DagsterInstance) -> None:
-    # First tick, nothing submitted: skip, cursor unchanged.
-    ctx = sensor_context(instance, None)
-    result = job_request_sensor(ctx)
-    assert isinstance(result, dg.SkipReason)
-    assert ctx.cursor is None
+def test_sensor_turns_started_jobs_into_cell_runs_once(warehouse: Warehouse, instance: dg.DagsterInstance) -> None:
+    # Nothing started: skip.
+    assert isinstance(job_request_sensor(sensor_context(instance, None)), dg.SkipReason)
 
     job = submit(warehouse, str(DEMO_BENCH), "oracle", [], 1, bounds=True)
-    keys = sorted(c.cell_key for c in records.cells_of(warehouse, job.id))
-    assert len(keys) >= 2  # oracle and nop (oracle is its own upper bound)
+    named = names(warehouse, job.id)
+    assert len(named) >= 2  # oracle and nop (oracle is its own upper bound)
+    label = records.get_job(warehouse, job.id, None).benchmark_label
+    assert set(named.values()) == {f"{label}/oracle", f"{label}/nop"}  # names people can read
 
     result = job_request_sensor(sensor_context(instance, None))
     assert isinstance(result, dg.SensorResult)
-    assert sorted(r.partition_key for r in result.run_requests) == keys
-    assert {r.run_key for r in result.run_requests} == {f"{job.id}:{cell_file_id(k)}" for k in keys}
-    assert all(r.tags[JOB_TAG] == job.id for r in result.run_requests)
+    assert sorted(r.partition_key for r in result.run_requests) == sorted(named.values())
+    assert {r.run_key for r in result.run_requests} == {f"{job.id}:{cell_file_id(k)}" for k in named}
+    assert {(r.tags[JOB_TAG], r.tags[CELL_TAG], r.partition_key) for r in result.run_requests} == {
+        (job.id, key, name) for key, name in named.items()}
     [add] = result.dynamic_partitions_requests
     assert isinstance(add, dg.AddDynamicPartitionsRequest)
     assert add.partitions_def_name == "cells"
-    assert sorted(add.partition_keys) == keys
-    assert result.cursor == start_seq(warehouse, job.id)
+    assert sorted(add.partition_keys) == sorted(named.values())
 
-    # What the daemon does: apply the adds, then evaluate a validated tick.
+    # The cells are claimed: the next tick has nothing to do.
+    assert isinstance(job_request_sensor(sensor_context(instance, None)), dg.SkipReason)
+
+    # A second Job over the same cells, seen by a validated tick as the daemon runs it: new run keys, no adds.
     instance.add_dynamic_partitions("cells", list(add.partition_keys))
+    job2 = submit(warehouse, str(DEMO_BENCH), "oracle", [], 1, bounds=True)
+    assert names(warehouse, job2.id) == named  # a cell keeps its name
     with tick_context(instance, None) as ctx:
         data = job_request_sensor.evaluate_tick(ctx)
-    assert data.cursor == start_seq(warehouse, job.id)
-    assert sorted(r.partition_key for r in data.run_requests) == keys
+    assert {r.run_key for r in data.run_requests} == {f"{job2.id}:{cell_file_id(k)}" for k in named}
+    assert not data.dynamic_partitions_requests
     for r in data.run_requests:
         assert r.tags["dagster/partition"] == r.partition_key
         assert r.tags["dagster/sensor_name"] == "job_request_sensor"
-        assert r.tags[JOB_TAG] == job.id
-
-    # Next tick from that cursor, nothing new: skip.
-    with tick_context(instance, start_seq(warehouse, job.id)) as ctx:
-        data = job_request_sensor.evaluate_tick(ctx)
-    assert not data.run_requests
-    assert data.skip_message and f"#{start_seq(warehouse, job.id)}" in data.skip_message
-    assert data.cursor == start_seq(warehouse, job.id)  # unchanged
-
-    # A second Job over the same cells: new runs (new run keys), no partition adds.
-    job2 = submit(warehouse, str(DEMO_BENCH), "oracle", [], 1, bounds=True)
-    assert sorted(c.cell_key for c in records.cells_of(warehouse, job2.id)) == keys
-    result = job_request_sensor(sensor_context(instance, start_seq(warehouse, job.id)))
-    assert isinstance(result, dg.SensorResult)
-    assert sorted(r.partition_key for r in result.run_requests) == keys
-    assert {r.run_key for r in result.run_requests} == {f"{job2.id}:{cell_file_id(k)}" for k in keys}
-    assert not result.dynamic_partitions_requests
-    assert result.cursor == start_seq(warehouse, job2.id)
-    with tick_context(instance, start_seq(warehouse, job.id)) as ctx:
-        data = job_request_sensor.evaluate_tick(ctx)
-    assert len(data.run_requests) == len(keys)
-    assert not data.dynamic_partitions_requests
-    assert data.cursor == start_seq(warehouse, job2.id)
+        assert r.tags[JOB_TAG] == job2.id
 
 
-def test_the_sensor_follows_start_order_not_quote_order(warehouse: Warehouse, instance: dg.DagsterInstance) -> None:
-    """A Job quoted first but started last is still seen: the cursor is the start sequence."""
+def test_a_cell_claimed_by_the_warm_worker_is_not_launched_again(warehouse: Warehouse,
+                                                                 instance: dg.DagsterInstance) -> None:
+    """The warm worker and the sensor claim from the same cells: whoever claims first launches it."""
     funded(warehouse)
-    early = lifecycle.quote(warehouse, "default", local_user(), request(str(DEMO_BENCH), "nop"))
-    late = lifecycle.quote(warehouse, "default", local_user(), request(str(DEMO_BENCH), "oracle"))
-    lifecycle.start(warehouse, "default", late.id)
-    first = job_request_sensor(sensor_context(instance, None))
-    assert isinstance(first, dg.SensorResult)
-    assert {r.tags[JOB_TAG] for r in first.run_requests} == {late.job_id}
-    assert first.cursor == start_seq(warehouse, late.job_id)
+    quoted = lifecycle.quote(warehouse, "default", local_user(), request(str(DEMO_BENCH), "nop"))
+    assert records.claim_cells(warehouse) == []  # quoted, not started: nothing to launch
+    lifecycle.start(warehouse, "default", quoted.id)
+    [claimed] = records.claim_cells(warehouse, quoted.job_id)
+    assert records.claim_cells(warehouse, quoted.job_id) == []
+    assert isinstance(job_request_sensor(sensor_context(instance, None)), dg.SkipReason)
 
-    lifecycle.start(warehouse, "default", early.id)  # quoted before `late`, started after it
-    second = job_request_sensor(sensor_context(instance, first.cursor))
-    assert isinstance(second, dg.SensorResult)
-    assert {r.tags[JOB_TAG] for r in second.run_requests} == {early.job_id}
-    assert int(second.cursor or 0) > int(first.cursor or 0)
-    assert isinstance(job_request_sensor(sensor_context(instance, second.cursor)), dg.SkipReason)
+    # A claim whose run never appeared (its launcher died) is asked again after a minute, and only then.
+    with warehouse.write() as con:
+        con.execute("update job_cells set launched_at = now() - interval 2 minute where job_id = ?",
+                    [quoted.job_id])
+    result = job_request_sensor(sensor_context(instance, None))
+    assert isinstance(result, dg.SensorResult)
+    assert [(r.run_key, r.partition_key) for r in result.run_requests] == [(claimed.run_key, claimed.cell_name)]
+
+    # With its run in the instance, it is left alone.
+    instance.create_run_for_job(defs.resolve_job_def("cell_job"), tags={JOB_TAG: claimed.job_id,
+                                                                        CELL_TAG: claimed.cell_key})
+    assert isinstance(job_request_sensor(sensor_context(instance, None)), dg.SkipReason)
+
+
+def test_cell_names_stay_readable_and_unique(warehouse: Warehouse) -> None:
+    from amber_pipeline.cells import Cell
+
+    with warehouse.write() as con:
+        a = Cell("a" * 64, "terminus-2", "1111aaaa", "replay-strong@0123456789ab")
+        b = Cell("a" * 64, "terminus-2", "2222bbbb", "replay-strong@0123456789ab")  # another Agent Version
+        c = Cell("b" * 64, "terminus-2", "1111aaaa", "replay-strong@0123456789ab")  # another owner's bench@1
+        d = Cell("c" * 64, "terminus-2", "1111aaaa", "replay-strong@0123456789ab")  # and a third's
+        nop = Cell("a" * 64, "nop", "3333cccc", "none")
+        cell_names.assign(con, [a, b, c, d, nop], "bench@1")
+        cell_names.assign(con, [a], "bench@1")  # again: unchanged
+        got = cell_names.of(con, [a.key, b.key, c.key, d.key, nop.key])
+    assert got == {a.key: "bench@1/terminus-2/replay-strong",
+                   b.key: "bench@1/terminus-2@2222bbbb/replay-strong@01234567",
+                   c.key: "bench@1/terminus-2@1111aaaa/replay-strong@01234567",
+                   d.key: "bench@1#cccccccccccc/terminus-2@1111aaaa/replay-strong@01234567",
+                   nop.key: "bench@1/nop"}
+    assert cell_names.key_of(warehouse, "bench@1/nop") == nop.key
+    assert cell_names.key_of(warehouse, nop.key) == nop.key  # a key is its own name
 
 
 # ---- 3. one cell materialized for real ----------------------------------------------------------------------
@@ -169,11 +176,13 @@ def test_cell_runs_for_real(tmp_path: Path, warehouse: Warehouse, instance: dg.D
     bench = small_bench(tmp_path)
     expected = {"nop": 0.0, "oracle": 1.0}
     submitted = {agent: submit(warehouse, str(bench), agent, [], 1, bounds=False) for agent in expected}
+    label = records.get_job(warehouse, submitted["nop"].id, None).benchmark_label
 
-    for agent, job in submitted.items():
+    for i, (agent, job) in enumerate(submitted.items()):
         [cell] = records.cells_of(warehouse, job.id)
-        instance.add_dynamic_partitions("cells", [cell.cell_key])
-        result = dg.materialize([trials, cell_scores], partition_key=cell.cell_key,
+        [name] = names(warehouse, job.id).values()
+        instance.add_dynamic_partitions("cells", [name])
+        result = dg.materialize([trials, cell_scores], partition_key=name,
                                 instance=instance, resources={"warehouse": WarehouseResource()},
                                 tags={JOB_TAG: job.id})
         assert result.success, agent
@@ -199,8 +208,16 @@ def test_cell_runs_for_real(tmp_path: Path, warehouse: Warehouse, instance: dg.D
         metadata = mat.materialization.metadata
         assert metadata["mean_reward"].value == pytest.approx(expected[agent])
         assert metadata["workspaces"].value == 1
-        assert "| default |" in metadata["cell_results"].value
+        # The table of every cell of the Benchmark Version so far, this one marked, each with its CI.
+        table = {r.data["cell"]: r.data for r in metadata["cells"].records}
+        assert set(table) == {f"{label}/{a}" for a in list(expected)[:i + 1]}, table
+        assert table[name]["this"] and table[name]["mean_reward"] == expected[agent]
+        assert table[name]["ci95"] == f"[{expected[agent]:.3f}, {expected[agent]:.3f}]"
+        assert table[name]["trials"] == 2 and table[name]["workspace"] == "default"
         assert metadata["plot"].value.startswith("![forest plot](data:image/png;base64,")
+        # The Benchmark Version's comparisons are recorded as refreshed as the cell finishes.
+        latest = instance.get_latest_materialization_event(dg.AssetKey("comparisons"))
+        assert latest is not None and latest.run_id == result.run_id
 
     with warehouse.query() as con:
         assert con.execute("select count(*) from trials").fetchone()[0] == 4
@@ -244,7 +261,7 @@ LOCK_WORKER = textwrap.dedent("""
     wh = Warehouse(AmberPaths.from_env())
     print("ready", flush=True)
     sys.stdin.readline()  # wait for "go", so all workers contend at once
-    counts = {"submitted": 0, "queries": 0, "sensor_reads": 0}
+    counts = {"submitted": 0, "queries": 0, "claims": 0, "claimed": 0}
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         lifecycle.submit(wh, "default", local_user(), JobRequest(benchmark=bench, agent="nop"))
@@ -253,8 +270,8 @@ LOCK_WORKER = textwrap.dedent("""
             con.execute("select count(*) from jobs j join job_cells c on c.job_id = j.id").fetchone()
             con.execute("select count(*) from trials").fetchone()
         counts["queries"] += 1
-        records.waiting_cells(wh, 0)
-        counts["sensor_reads"] += 1
+        counts["claimed"] += len(records.claim_cells(wh))  # as the sensor and the warm worker do, all at once
+        counts["claims"] += 1
     print(json.dumps(counts), flush=True)
 """)
 
@@ -264,10 +281,48 @@ def test_warehouse_locking_never_fails_across_processes(tmp_path: Path, warehous
     submit(warehouse, str(bench), "nop", [], 1, bounds=False)  # register the Benchmark Version once
     counts = race(LOCK_WORKER, [[str(bench), "5"]] * 3)
     submitted = 1 + sum(c["submitted"] for c in counts)
-    assert all(c["submitted"] > 0 and c["queries"] > 0 and c["sensor_reads"] > 0 for c in counts), counts
+    assert all(c["submitted"] > 0 and c["queries"] > 0 and c["claims"] > 0 for c in counts), counts
     assert len(records.list_jobs(warehouse, "default")) == submitted
-    assert len(records.waiting_cells(warehouse, 0)) == submitted
+    # Every Job's one cell was claimed exactly once, by whichever process asked first.
+    assert sum(c["claimed"] for c in counts) + len(records.claim_cells(warehouse)) == submitted
     with warehouse.query() as con:
         assert con.execute("select count(*) from jobs").fetchone()[0] == submitted
         seqs = [r[0] for r in con.execute("select seq from jobs order by seq").fetchall()]
     assert len(set(seqs)) == submitted
+
+
+# ---- 6. submit_job: the Quote first, then the Job ---------------------------------------------------------------
+
+def test_submit_job_shows_the_quote_before_reserving_and_can_stop_there(
+        tmp_path: Path, warehouse: Warehouse, instance: dg.DagsterInstance) -> None:
+    funded(warehouse)
+    bench = small_bench(tmp_path)
+    submit_job = defs.resolve_job_def("submit_job")
+    config = {"benchmark": str(bench), "agent": "nop", "bounds": True, "workspace": "default"}
+
+    only = submit_job.execute_in_process(
+        run_config={"ops": {"quote_job": {"config": {**config, "quote_only": True}}}}, instance=instance)
+    assert only.success
+    assert records.list_jobs(warehouse, "default") == []  # nothing quoted, reserved or started
+    with warehouse.query("default") as con:
+        assert con.execute("select count(*) from ledger where kind = 'reservation'").fetchone() == (0,)
+    [quoted] = [e for e in only.all_events if e.event_type == dg.DagsterEventType.STEP_OUTPUT]
+    assert quoted.event_specific_data.step_output_handle.output_name == "quote"
+    shown = quoted.event_specific_data.metadata
+    rows = {r.data["cell"]: r.data for r in shown["cells"].records}
+    assert set(rows) == {"nop", "oracle"} and all(r["tasks"] == 2 for r in rows.values())
+    assert shown["estimate_usd"].value.startswith("$")
+    assert "Tasks this Job" in shown["detectable_change"].value
+    assert [e.step_key for e in only.all_events if e.event_type == dg.DagsterEventType.STEP_SKIPPED] == ["start_job"]
+
+    started = submit_job.execute_in_process(run_config={"ops": {"quote_job": {"config": config}}},
+                                            instance=instance)
+    assert started.success
+    [job] = records.list_jobs(warehouse, "default")
+    assert job.status == "running"
+    assert started.output_for_node("start_job") == job.id
+    assert instance.get_run_by_id(started.run_id).tags[JOB_TAG] == job.id  # the Job's runs, filterable
+    # What was shown is what was reserved.
+    with warehouse.query("default") as con:
+        [(amount,)] = con.execute("select amount from ledger where kind = 'reservation'").fetchall()
+    assert shown["estimate_usd"].value == show(amount)

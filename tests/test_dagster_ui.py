@@ -1,7 +1,7 @@
-"""End to end through a real `dagster dev`: submit a Job over GraphQL, the daemon's sensor runs its cell.
+"""End to end through a real `amber ui`: submit a Job over GraphQL, the warm worker launches its cell run.
 
-The webserver and daemon run on the embedded instance of a temporary AMBER_HOME, exactly as `amber ui`
-starts them; the cell run executes one real Trial in a Docker sandbox.
+The webserver, daemon and warm worker run on the embedded instance of a temporary AMBER_HOME, started by
+`amber ui` itself; the cell run executes one real Trial in a Docker sandbox.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 from helpers import funded
 
 from amber_pipeline.cli import embedded
-from amber_pipeline.jobs import records
+from amber_pipeline.jobs import cell_names, records
 from amber_pipeline.money import wallet
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
@@ -93,13 +93,11 @@ def dagster_dev(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Dag
     home = tmp_path / "amber"
     monkeypatch.setenv("AMBER_HOME", str(home))
     port = free_port()
-    log = tmp_path / "dagster-dev.log"
-    dagster_bin = str(Path(sys.executable).parent / "dagster")
+    log = tmp_path / "amber-ui.log"
+    amber = str(Path(sys.executable).parent / "amber")
     with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [dagster_bin, "dev", "-w", str(PROJECT_ROOT / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
-            cwd=PROJECT_ROOT, env=embedded.environment(AmberPaths.from_env()), stdout=out,
-            stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen([amber, "ui", "--host", "127.0.0.1", "--port", str(port)], cwd=PROJECT_ROOT,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10, trust_env=False)
     try:
         yield Dagster(client, proc, log)
@@ -109,19 +107,16 @@ def dagster_dev(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Dag
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
+    """Stop `amber ui` as Ctrl-C would: it stops the webserver and the daemon it started."""
     if proc.poll() is not None:
         return
     os.killpg(proc.pid, signal.SIGTERM)
     try:
-        proc.wait(timeout=20)
+        proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
-    # The run workers are in the same group; make sure none outlives the test.
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    assert embedded.daemon_pid(AmberPaths.from_env()) is None, "amber ui left its daemon running"
 
 
 def test_submit_job_through_graphql_runs_its_cell(dagster_dev: Dagster, tmp_path: Path) -> None:
@@ -140,7 +135,7 @@ def test_submit_job_through_graphql_runs_its_cell(dagster_dev: Dagster, tmp_path
     shutil.copytree(PROJECT_ROOT / "examples" / "demo-bench" / "fix-off-by-one", bench / "fix-off-by-one")
     params = {
         "selector": {**REPOSITORY, "jobName": "submit_job"},
-        "runConfigData": {"ops": {"record_job_request": {"config": {
+        "runConfigData": {"ops": {"quote_job": {"config": {
             "benchmark": str(bench), "agent": "nop", "model_configurations": [], "trials_per_task": 1,
             "bounds": False}}}},
     }
@@ -163,19 +158,25 @@ def test_submit_job_through_graphql_runs_its_cell(dagster_dev: Dagster, tmp_path
     [cell] = records.cells_of(wh, job.id)
 
     def cell_runs() -> list[dict[str, Any]]:
-        return dagster_dev.graphql(RUNS_OF_JOB, {"job": job.id})["runsOrError"]["results"]
+        found = dagster_dev.graphql(RUNS_OF_JOB, {"job": job.id})["runsOrError"]["results"]
+        return [r for r in found if r["jobName"] == "cell_job"]
 
-    [run] = dagster_dev.wait("cell run from the sensor", left(), cell_runs)
+    [run] = dagster_dev.wait("cell run", left(), cell_runs)
+    # The Job's runs are found by its tag: the submit_job run carries it too.
+    job_runs = dagster_dev.graphql(RUNS_OF_JOB, {"job": job.id})["runsOrError"]["results"]
+    assert run_id in {r["runId"] for r in job_runs}
     tags = {t["key"]: t["value"] for t in run["tags"]}
-    assert run["jobName"] == "cell_job"
-    assert tags["dagster/partition"] == cell.cell_key
-    assert tags["dagster/sensor_name"] == "job_request_sensor"
+    [name] = cell_names.read(wh, [cell.cell_key]).values()
+    assert tags["dagster/partition"] == name == "one-task-bench@1/nop"
+    assert tags["amber/cell"] == cell.cell_key
 
     def cell_run_done() -> str | None:
         status = dagster_dev.graphql(RUN_STATUS, {"runId": run["runId"]})["runOrError"]["status"]
         return status if status in ("SUCCESS", "FAILURE", "CANCELED") else None
 
     assert dagster_dev.wait("cell run end", left(), cell_run_done) == "SUCCESS"
+    [run] = cell_runs()
+    assert {t["key"]: t["value"] for t in run["tags"]}["amber/worker_pid"].isdigit()  # Amber's run launcher
     job = records.get_job(wh, job.id, None)
     assert job.status == "completed", job
     with wh.query() as con:

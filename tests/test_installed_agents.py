@@ -114,7 +114,7 @@ def test_an_installed_agent_solves_a_demo_task_through_the_proxy(
     funded(warehouse, WS, "20")
     _, job = lifecycle.submit(warehouse, WS, local_user(), request(str(bench), agent, [mc]))
     for cell in cells_of(warehouse, job.id):
-        cell_run.run_trials(warehouse, job.id, cell.cell_key)
+        cell_run.run_cell_of_job(warehouse, job.id, cell.cell_key)
     assert get_job(warehouse, job.id, WS).status == "completed"
 
     (trial,) = rows(warehouse, "select * from trials where job_id = ?", [job.id])
@@ -188,7 +188,7 @@ def test_software_that_cannot_be_had_fails_the_cell_with_its_sentence_and_charge
     _, job = lifecycle.submit(warehouse, WS, local_user(), request(str(bench), "pi", ["gpt-5-mini"]))
     (cell,) = cells_of(warehouse, job.id)
     with pytest.raises(AmberError):
-        cell_run.run_trials(warehouse, job.id, cell.cell_key)
+        cell_run.run_cell_of_job(warehouse, job.id, cell.cell_key)
     (after,) = cells_of(warehouse, job.id)
     assert after.status == "failed" and after.message == sentence
     assert get_job(warehouse, job.id, WS).status == "failed"

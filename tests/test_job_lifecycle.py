@@ -259,7 +259,7 @@ def test_a_quote_uses_each_task_s_measured_history(tmp_path: Path, wh: Warehouse
     assert "prior" in cell.basis and cell.n_tasks == 2 and cell.trials_per_task == 1
     assert Decimal(cell.total) == Decimal(cell.cost_per_trial) * 2 == first.amount
     jobs.start(wh, DEFAULT_WORKSPACE, first.id)
-    records = pipeline.run_trials(wh, first.job_id, cell.cell_key)
+    records = pipeline.run_cell_of_job(wh, first.job_id, cell.cell_key)
     assert [r.outcome for r in records] == ["scored", "scored"]
 
     second = quote(wh, source, 3)
@@ -275,7 +275,7 @@ def test_a_quote_uses_each_task_s_measured_history(tmp_path: Path, wh: Warehouse
 # ---- 5. cancel while running -----------------------------------------------------------------------------
 
 class Background:
-    """pipeline.run_trials in a thread, keeping its result or exception."""
+    """pipeline.run_cell_of_job in a thread, keeping its result or exception."""
 
     def __init__(self, wh: Warehouse, job_id: str, cell_key: str):
         self.records: list[TrialRecord] | None = None
@@ -285,7 +285,7 @@ class Background:
 
     def _run(self, wh: Warehouse, job_id: str, cell_key: str) -> None:
         try:
-            self.records = pipeline.run_trials(wh, job_id, cell_key)
+            self.records = pipeline.run_cell_of_job(wh, job_id, cell_key)
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             self.error = exc
 
@@ -324,7 +324,7 @@ def test_cancel_stops_in_flight_trials_and_refunds_what_was_not_spent(tmp_path: 
         cancelled_at = time.monotonic()
         assert jobs.cancel(wh, DEFAULT_WORKSPACE, job.id).status == "cancelled"
         run.thread.join(timeout=20)
-        assert not run.thread.is_alive(), "run_trials did not return within 20 s of the cancel"
+        assert not run.thread.is_alive(), "run_cell_of_job did not return within 20 s of the cancel"
         assert run.error is None, repr(run.error)
         assert time.monotonic() - cancelled_at < 20
         assert sandboxes(names) == []
@@ -370,7 +370,7 @@ def test_at_the_ceiling_no_trial_starts_in_flight_ones_stop_and_results_stay(tmp
     assert made.amount == reservation
     cells = {cl.agent: cl for cl in cells_of(wh, job.id)}
     try:
-        records = pipeline.run_trials(wh, job.id, cells["oracle"].cell_key, prices=steep)
+        records = pipeline.run_cell_of_job(wh, job.id, cells["oracle"].cell_key, prices=steep)
     finally:
         leftovers = sandboxes((a, b, c))
         for container in leftovers:
@@ -391,7 +391,7 @@ def test_at_the_ceiling_no_trial_starts_in_flight_ones_stop_and_results_stay(tmp
     cell_status = {cl.agent: cl.status for cl in cells_of(wh, job.id)}
     assert cell_status == {"oracle": "done", "nop": "cancelled"}
 
-    assert pipeline.run_trials(wh, job.id, cells["nop"].cell_key) == []
+    assert pipeline.run_cell_of_job(wh, job.id, cells["nop"].cell_key) == []
     assert {cl.agent: cl.status for cl in cells_of(wh, job.id)}["nop"] == "cancelled"
     assert get_job(wh, job.id, None).status == "ceiling_reached"
     with wh.query(DEFAULT_WORKSPACE) as con:

@@ -72,7 +72,7 @@ def test_a_small_static_job_against_the_real_provider_is_metered_and_charged(
     funded(wh, DEFAULT_WORKSPACE, "5")
     _, job = lifecycle.submit(wh, DEFAULT_WORKSPACE, local_user(), request(str(bench), "direct", [name]))
     (cell,) = cells_of(wh, job.id)
-    cell_run.run_trials(wh, job.id, cell.cell_key)
+    cell_run.run_cell_of_job(wh, job.id, cell.cell_key)
     assert get_job(wh, job.id, DEFAULT_WORKSPACE).status == "completed"
 
     trials = rows(wh, "select * from trials where job_id = ?", [job.id])

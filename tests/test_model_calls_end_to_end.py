@@ -4,7 +4,7 @@ The provider double stands in for the Providers on loopback: Anthropic and OpenR
 configurations reach it through the ``AMBER_<PROVIDER>_BASE_URL`` overrides with fake keys in the
 environment (each double demands its key, so a call without the right one fails), and a Workspace's own
 OpenAI-compatible configuration names it as its ``base_url``. Jobs are quoted and run in this process the
-way the daemon runs them (`lifecycle.submit`, then `cell_run.run_trials` per cell), and checked where a user
+way the daemon runs them (`lifecycle.submit`, then `cell_run.run_cell_of_job` per cell), and checked where a user
 would look: the `trials`, `transcripts` and `ledger` views, the files under AMBER_HOME, the CLI's sentences.
 Expected tokens and costs are computed here, from the transcripts' own request and response bodies (the
 double counts ``ceil(chars / 4)``), the catalog's TOML and the Providers' pricing rule, not by Amber's code.
@@ -45,7 +45,6 @@ from amber_pipeline.models.provider_double import Fault, FaultKind, ProviderDoub
 from amber_pipeline.money import workspaces
 from amber_pipeline.money.identity import DEFAULT_WORKSPACE, Actor, local_user
 from amber_pipeline.paths import PROJECT_ROOT
-from amber_pipeline.scoring import store
 from amber_pipeline.warehouse.catalog import Warehouse
 
 STATIC = PROJECT_ROOT / "examples" / "static-bench"
@@ -134,8 +133,7 @@ def providers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warehouse: Wareho
 def run_job(wh: Warehouse, bench: Path, models: list[str], agent: str = "direct") -> Job:
     _, job = lifecycle.submit(wh, WS, local_user(), request(str(bench), agent, models))
     for cell in cells_of(wh, job.id):
-        cell_run.run_trials(wh, job.id, cell.cell_key)
-        store.write_cell(wh, cell.cell_key)
+        cell_run.run_cell_of_job(wh, job.id, cell.cell_key)
     return get_job(wh, job.id, WS)
 
 

@@ -53,7 +53,7 @@ def test_the_proxy_stops_a_job_at_its_quote(talkative: Path, warehouse: Warehous
     funded(wh, DEFAULT_WORKSPACE, "10")
     made, job = lifecycle.submit(wh, DEFAULT_WORKSPACE, local_user(), request(str(talkative), "direct", ["talkative"]))
     (cell,) = cells_of(wh, job.id)
-    records = cell_run.run_trials(wh, job.id, cell.cell_key)
+    records = cell_run.run_cell_of_job(wh, job.id, cell.cell_key)
 
     assert get_job(wh, job.id, DEFAULT_WORKSPACE).status == "ceiling_reached"
     refused = [r for r in records if r.error_type == "ceiling_reached"]

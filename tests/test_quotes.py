@@ -292,8 +292,8 @@ def test_a_job_at_its_ceiling_lists_the_tasks_it_left_and_what_finishing_them_co
     made, job = lifecycle.submit(wh, WS, local_user(), request(str(source), "oracle", bounds=True))
     cells = {c.agent: c for c in cells_of(wh, job.id)}
     steep = Prices(sandbox_usd_per_hour=PRICES.sandbox_usd_per_hour * 10_000)
-    records = cell_run.run_trials(wh, job.id, cells["oracle"].cell_key, prices=steep)
-    assert cell_run.run_trials(wh, job.id, cells["nop"].cell_key) == []
+    records = cell_run.run_cell_of_job(wh, job.id, cells["oracle"].cell_key, prices=steep)
+    assert cell_run.run_cell_of_job(wh, job.id, cells["nop"].cell_key) == []
     assert get_job(wh, job.id, WS).status == "ceiling_reached"
 
     scored = [r for r in records if r.outcome == "scored"]

@@ -317,7 +317,7 @@ def test_a_real_jobs_evidence(tmp_path: Path) -> None:
     wh = wh_at(tmp_path)
     job = submit(wh, str(_one_task_bench(tmp_path)), "oracle", [], 1, bounds=True)
     for cell in records.cells_of(wh, job.id):
-        cell_run.run_trials(wh, job.id, cell.cell_key)
+        cell_run.run_cell_of_job(wh, job.id, cell.cell_key)
     evidence = {e.agent: e for e in sources.load(wh, WS, job.id)}
     assert sorted(evidence) == ["nop", "oracle"]
     oracle, nop = evidence["oracle"], evidence["nop"]

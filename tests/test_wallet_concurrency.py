@@ -265,7 +265,7 @@ CELL_WORKER = textwrap.dedent("""
     from amber_pipeline.paths import AmberPaths
     from amber_pipeline.warehouse.catalog import Warehouse
 
-    pipeline.run_trials(Warehouse(AmberPaths.from_env()), sys.argv[1], sys.argv[2])
+    pipeline.run_cell_of_job(Warehouse(AmberPaths.from_env()), sys.argv[1], sys.argv[2])
 """)
 
 
@@ -359,7 +359,7 @@ def _crash_and_restart(wh: Warehouse, tmp: Path, names: list[str], job: Job, cel
     time.sleep(1)  # nothing is left to remove them, but give a removal already under way its moment
     orphans = list(sandboxes(names))
 
-    records = pipeline.run_trials(wh, job.id, cell_key)
+    records = pipeline.run_cell_of_job(wh, job.id, cell_key)
 
     with wh.read() as con:
         quote_id = con.execute("select quote_id from jobs where id = ?", [job.id]).fetchone()[0]

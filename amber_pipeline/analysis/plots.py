@@ -1,4 +1,5 @@
-"""Forest plots: each cell's mean Reward with its 95% CI, and the paired differences.
+"""Plots: forest plots of each cell's mean Reward with its 95% CI and of the paired differences, and the
+cost-versus-score plot with its frontier.
 
 Drawn with matplotlib's Agg backend (no screen needed), sorted so the best
 cell is on top; the difference panel marks zero and, when given, the margin,
@@ -19,6 +20,8 @@ import matplotlib
 matplotlib.use("Agg")  # headless: called from the CLI, Dagster runs and tests
 
 import matplotlib.pyplot as plt  # noqa: E402
+
+from amber_pipeline.analysis import frontier  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -92,10 +95,52 @@ def forest_plot(report: dict, path: Path, margin: float | None = None) -> Path:
                   difference_axis="difference in mean Reward")
 
 
-def markdown_image(draw: Callable[[Path], object]) -> str:
+def report_plots(report: dict, path: Path) -> list[Path]:
+    """A report's plots: its forest plot at ``path`` and, when two or more cells have a Model Configuration,
+    their cost-versus-score plot beside it (``<name>-cost.png``). The paths written."""
+    written = [forest_plot(report, path)]
+    points = [frontier.Point.of_cell(c.get("route") or c.get("agent", "?"), c["cost_usd"], c["n_trials"],
+                                     _num(c.get("mean_reward")), _num(c["ci95"][0]), _num(c["ci95"][1]))
+              for c in report.get("cells", []) if c.get("model") and c.get("n_trials")]
+    if len(points) > 1:
+        written.append(cost_score(points, path.with_stem(path.stem + "-cost"),
+                                  title=report.get("title", "Amber report")))
+    return written
+
+
+def markdown_image(draw: Callable[[Path], object], alt: str) -> str:
     """A Markdown image carrying a drawn PNG inline, for UIs that show Markdown but serve no files."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "plot.png"
         draw(path)
         data = base64.b64encode(path.read_bytes()).decode()
-    return f"![forest plot](data:image/png;base64,{data})"
+    return f"![{alt}](data:image/png;base64,{data})"
+
+
+def cost_score(points: list[frontier.Point], path: Path, *, title: str) -> Path:
+    """Write a PNG of each cell's mean Reward (with its 95% CI) against its cost per Trial, the cells on the
+    frontier (none cheaper and better) filled and joined by a line, the others hollow."""
+    if not points:
+        raise ValueError("nothing to plot")
+    marks = frontier.on_frontier(points)
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for point, best in zip(points, marks, strict=True):
+        if math.isfinite(point.low) and math.isfinite(point.high):
+            ax.vlines(point.cost_usd, point.low, point.high, color="#1f4e79" if best else "#999999", linewidth=1.5)
+        ax.plot(point.cost_usd, point.score, "o", markersize=8, color="#1f4e79",
+                markerfacecolor="#1f4e79" if best else "white")
+        ax.annotate(point.label, (point.cost_usd, point.score), textcoords="offset points", xytext=(6, 4), fontsize=8)
+    line = sorted((p.cost_usd, p.score) for p, best in zip(points, marks, strict=True) if best)
+    if len(line) > 1:
+        ax.plot(*zip(*line, strict=True), color="#1f4e79", linewidth=1, alpha=0.6, label="frontier")
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlabel("cost per Trial (USD)")
+    ax.set_ylabel("mean Reward (95% CI)")
+    ax.set_ylim(-0.05, 1.05)
+    ax.grid(alpha=0.3)
+    ax.set_title(title + "\nfilled: on the frontier (no other cell is cheaper and better)", fontsize=9, loc="left")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

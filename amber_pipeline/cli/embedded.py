@@ -1,12 +1,15 @@
-"""The embedded Amber: a Dagster instance in AMBER_HOME whose daemon runs the sensor.
+"""The embedded Amber: a Dagster instance in AMBER_HOME, its daemon, its warm worker and its webserver.
 
-Started as plain processes (`dagster-daemon run`, or `dagster dev` for the UI)
-with DAGSTER_HOME and AMBER_HOME set, so every cell run they launch sees the
-same warehouse. This module spawns them; it never imports dagster.
+Started as plain processes (`dagster-daemon run` with the warm worker beside
+it; `dagster-webserver` for the UI) with DAGSTER_HOME and AMBER_HOME set, so
+every run they launch sees the same warehouse. One daemon per instance: the UI
+uses the one that runs, or starts one and stops it again when it exits. This
+module spawns them; it never imports dagster.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -15,10 +18,12 @@ import sys
 import time
 from pathlib import Path
 
+from amber_pipeline import warm_worker
 from amber_pipeline.errors import AmberError
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 
 WORKSPACE = PROJECT_ROOT / "workspace.yaml"
+WARM_WORKER_START_SEC = 30
 
 
 def environment(paths: AmberPaths) -> dict[str, str]:
@@ -38,9 +43,21 @@ def _pid_file(paths: AmberPaths) -> Path:
     return paths.dagster_home / "daemon.pid"
 
 
+def _worker_pid_file(paths: AmberPaths) -> Path:
+    return paths.dagster_home / "warm-worker.pid"
+
+
 def daemon_pid(paths: AmberPaths) -> int | None:
+    return _alive(_pid_file(paths))
+
+
+def _alive(pid_file: Path) -> int | None:
+    """The pid a pid file names, if that process still runs."""
     try:
-        pid = int(_pid_file(paths).read_text())
+        pid = int(pid_file.read_text())
+        with contextlib.suppress(ChildProcessError):  # started by this process: reap it if it ended
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return None
         os.kill(pid, 0)
         return pid
     except (FileNotFoundError, ValueError, ProcessLookupError):
@@ -48,39 +65,70 @@ def daemon_pid(paths: AmberPaths) -> int | None:
 
 
 def start_daemon(paths: AmberPaths) -> int:
-    """Start the Dagster daemon in the background unless it already runs; return its pid."""
+    """Start the Dagster daemon and the warm worker in the background unless the daemon runs already; return
+    the daemon's pid once the warm worker answers (its imports take a few seconds, once)."""
     pid = daemon_pid(paths)
     if pid is not None:
         return pid
     env = environment(paths)
-    log = open(paths.dagster_home / "daemon.log", "ab")  # noqa: SIM115 - handed to the child
+    log = open(paths.dagster_home / "daemon.log", "ab")  # noqa: SIM115 - handed to the children
+    _stop_group(_worker_pid_file(paths))  # a worker left by a daemon that was killed
+    worker = subprocess.Popen([sys.executable, "-m", "launcher.warm_worker"], cwd=PROJECT_ROOT, env=env,
+                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    _worker_pid_file(paths).write_text(str(worker.pid))
     proc = subprocess.Popen([_bin("dagster-daemon"), "run", "-w", str(WORKSPACE)], cwd=PROJECT_ROOT,
-                            env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     _pid_file(paths).write_text(str(proc.pid))
-    time.sleep(1)
+    deadline = time.monotonic() + WARM_WORKER_START_SEC
+    while time.monotonic() < deadline and warm_worker.ask(paths.dagster_home, {"op": "ping"}) is None:
+        if proc.poll() is not None or worker.poll() is not None:
+            break
+        time.sleep(0.2)
     if proc.poll() is not None:
         raise AmberError(f"The Dagster daemon stopped at once: see {paths.dagster_home / 'daemon.log'}.")
     return proc.pid
 
 
 def stop_daemon(paths: AmberPaths) -> bool:
+    """Stop the daemon and the warm worker. Cell runs in progress are processes of their own sessions: they
+    finish, and the runs still queued start when a daemon runs again."""
     pid = daemon_pid(paths)
+    _stop_group(_worker_pid_file(paths))
     if pid is None:
         return False
-    os.killpg(pid, signal.SIGTERM)
-    for _ in range(100):
-        if daemon_pid(paths) is None:
-            break
-        time.sleep(0.1)
-    else:
-        os.killpg(pid, signal.SIGKILL)
-    _pid_file(paths).unlink(missing_ok=True)
+    _stop_group(_pid_file(paths))
     return True
 
 
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_group(pid_file: Path) -> None:
+    """Stop the process group a pid file names (politely, then by force after 10 s) and remove the file."""
+    pid = _alive(pid_file)
+    if pid is not None:
+        os.killpg(pid, signal.SIGTERM)
+        for _ in range(100):
+            if _alive(pid_file) is None:
+                break
+            time.sleep(0.1)
+        else:
+            os.killpg(pid, signal.SIGKILL)
+    pid_file.unlink(missing_ok=True)
+
+
 def run_ui(paths: AmberPaths, host: str, port: int) -> int:
-    """`dagster dev` (webserver and daemon) on the embedded instance, in the foreground."""
-    stop_daemon(paths)  # one daemon per instance
-    return subprocess.call([_bin("dagster"), "dev", "-w", str(WORKSPACE), "-h", host, "-p", str(port)],
-                           cwd=PROJECT_ROOT, env=environment(paths))
+    """The Dagster webserver on the embedded instance, in the foreground, with the instance's daemon: the one
+    that runs already, or one started here and stopped when the webserver exits."""
+    started_here = daemon_pid(paths) is None
+    signal.signal(signal.SIGTERM, _interrupt)  # stopped like Ctrl-C, so the daemon started here stops too
+    try:
+        start_daemon(paths)
+        return subprocess.call([_bin("dagster-webserver"), "-w", str(WORKSPACE), "-h", host, "-p", str(port)],
+                               cwd=PROJECT_ROOT, env=environment(paths))
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if started_here:
+            stop_daemon(paths)

@@ -10,7 +10,7 @@ import typer
 from amber_pipeline.agents.catalog import AGENTS, DEFAULT_AGENT, agent_spec
 from amber_pipeline.cli import embedded
 from amber_pipeline.cli.context import Context
-from amber_pipeline.cli.jobs import follow, print_quote
+from amber_pipeline.cli.jobs import follow, launch, print_quote
 from amber_pipeline.cli.money import print_wallet
 from amber_pipeline.cli.output import out
 from amber_pipeline.jobs import lifecycle
@@ -78,6 +78,7 @@ def demo(ctx: typer.Context,
                                  model_configurations=DEMO_MODELS if spec.needs_model else [],
                                  trials_per_task=trials, bounds=True, public=True)
             made, job = lifecycle.submit(wh, acting.workspace, acting.actor.user, request)
+            launch(wh, job.id)
             print_quote(made)
             models = " with replay-strong and replay-weak (scripted replies, not real models)" \
                 if spec.needs_model else ""
@@ -86,6 +87,7 @@ def demo(ctx: typer.Context,
         static = JobRequest(benchmark=str(STATIC_BENCHMARK), agent="direct", model_configurations=DEMO_MODELS,
                             trials_per_task=trials, public=True)
         made, static_job = lifecycle.submit(wh, acting.workspace, acting.actor.user, static)
+        launch(wh, static_job.id)
         print_quote(made)
         out.line(f"Started {static_job.id}: the Direct Agent on 12 static Tasks, one model call each, no sandbox.")
         follow(acting, static_job.id)

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from amber_pipeline import warm_worker
 from amber_pipeline.agents.catalog import DEFAULT_AGENT, agent_spec
 from amber_pipeline.analysis import report, sources
 from amber_pipeline.analysis.plan import detectable_change_sentence
@@ -54,8 +55,8 @@ def job_start(ctx: typer.Context,
     made = quotes.get(acting.wh, acting.workspace, quote_id)  # an unknown Quote is the first thing to say
     _require_docker(records.get_job(acting.wh, made.job_id, acting.workspace).request)
     job = lifecycle.start(acting.wh, acting.workspace, quote_id)
+    launch(acting.wh, job.id)
     out.line(f"Started {job.id} over {job.benchmark_label}.")
-    _warn_without_daemon(acting.wh)
 
 
 @job_app.command("submit")
@@ -70,9 +71,9 @@ def job_submit(ctx: typer.Context, benchmark: options.Benchmark, agent: options.
     request.check(acting.wh.paths, acting.workspace)  # a request that cannot run is the first thing to say
     _require_docker(request)
     made, job = lifecycle.submit(acting.wh, acting.workspace, acting.actor.user, request)
+    launch(acting.wh, job.id)
     print_quote(made)
     out.line(f"Started {job.id}.")
-    _warn_without_daemon(acting.wh)
     if wait:
         follow(acting, job.id)
 
@@ -201,7 +202,11 @@ def follow(acting: Acting, job_id: str) -> None:
     _print_cells(found)
 
 
-def _warn_without_daemon(wh: Warehouse) -> None:
+def launch(wh: Warehouse, job_id: str) -> None:
+    """Have the warm worker launch the started Job's cell runs now (else the sensor does at its next tick), or
+    say that no daemon runs them."""
+    if warm_worker.announce_start(wh.paths, job_id):
+        return
     if embedded.daemon_pid(wh.paths) is None:
         out.line("No Amber daemon runs on this instance: start one with `amber daemon start` (or `amber ui`) so "
                  "the Job's cells run.")

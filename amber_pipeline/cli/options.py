@@ -20,7 +20,9 @@ Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables
 Source = Annotated[str, typer.Argument(help="An Amber Job id, a Harbor job folder, or harbor:<name> of an imported "
                                             "folder.")]
 JobId = Annotated[str, typer.Argument(help="An Amber Job id (job-...).")]
-Plot = Annotated[Path | None, typer.Option("--plot", help="Also draw a forest plot into this PNG file.")]
+Plot = Annotated[Path | None, typer.Option("--plot", help="Also draw a forest plot into this PNG file, and the "
+                                           "cells' cost against their score (the frontier marked) into "
+                                           "NAME-cost.png.")]
 
 # The Job request's fields, with the request's own descriptions.
 Benchmark = Annotated[str, typer.Argument(help=_help("benchmark"))]

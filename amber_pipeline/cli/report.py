@@ -67,15 +67,15 @@ def report_path(wh: Warehouse, source: str, evidence: list[TrialEvidence]) -> Pa
     return wh.paths.runs / name / REPORT_FILE
 
 
-def _plotter() -> Callable[[dict[str, Any], Path], None]:
+def _plotter() -> Callable[[dict[str, Any], Path], list[Path]]:
     try:
         plots = importlib.import_module("amber_pipeline.analysis.plots")
     except ModuleNotFoundError as e:
         if e.name != "amber_pipeline.analysis.plots":
             raise
         raise AmberError("Plotting is unavailable in this installation: run the report without --plot.") from None
-    forest_plot: Callable[[dict[str, Any], Path], None] = plots.forest_plot
-    return forest_plot
+    report_plots: Callable[[dict[str, Any], Path], list[Path]] = plots.report_plots
+    return report_plots
 
 
 def _job_record(acting: Acting, source: str) -> dict[str, Any]:
@@ -103,7 +103,7 @@ def report_cmd(
     plot: options.Plot = None,
 ) -> None:
     """Pass rates with 95% intervals, why attempts failed, near misses and the cells of one round."""
-    forest_plot = _plotter() if plot is not None else None
+    draw_plots = _plotter() if plot is not None else None
     all_tasks, limits = read_tasks(tasks) if tasks is not None else (None, None)
     given_labels = read_labels(labels) if labels is not None else None
     acting = Context.of(ctx).acting()
@@ -121,8 +121,9 @@ def report_cmd(
         typer.echo(f"Wrote {path}", err=True)
     else:
         typer.echo(render_text(result), nl=False)
-    if forest_plot is not None and plot is not None:
-        forest_plot(result, plot)
+    if draw_plots is not None and plot is not None:
+        for written in draw_plots(result, plot):
+            typer.echo(f"Wrote {written}", err=True)
 
 
 @app.command("import-harbor")

@@ -1,9 +1,13 @@
-"""One cell run: the Job's Trials of one cell, charged and stored.
+"""One cell run: the Job's Trials of one cell, charged and stored, then the results scored.
 
-The run writes Trial rows (one Parquet file per cell and Job), the model
-proxy's transcripts of their calls (one file per day, cell and Job) and
-ledger entries, nothing else: the cell's Rewards and score are the scoring engine's
-(`scoring.store.write_cell`), evidence and failure causes are derived when read.
+Two steps, the two assets of a cell run. :func:`run_trials` writes Trial rows
+(one Parquet file per cell and Job), the model proxy's transcripts of their
+calls (one file per day, cell and Job) and ledger entries. :func:`store_results`
+then has the scoring engine score every cell of the Benchmark Version and
+compare them (`scoring.store.write_version`), and only then marks the cell
+done: a Job is completed when its last cell's results are stored, so whoever
+waits for the Job reads a finished report. Evidence and failure causes are
+derived when read. :func:`run_cell_of_job` does both, for callers outside Dagster.
 """
 
 from __future__ import annotations
@@ -15,12 +19,13 @@ from datetime import date
 import pyarrow as pa
 
 from amber_pipeline.agents.catalog import agent_spec
-from amber_pipeline.jobs import lifecycle
+from amber_pipeline.jobs import lifecycle, records
 from amber_pipeline.jobs.cell_models import TranscriptCall
 from amber_pipeline.jobs.outcomes import Kind, ProviderSignal
 from amber_pipeline.jobs.static_run import run_static_cell
 from amber_pipeline.jobs.trial_runner import CellRun, run_cell
 from amber_pipeline.money.prices import PRICES, Prices
+from amber_pipeline.scoring import engine, store
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.schemas import TRANSCRIPT_SCHEMA, TrialRecord, trials_table
 
@@ -28,7 +33,8 @@ from amber_pipeline.warehouse.schemas import TRANSCRIPT_SCHEMA, TrialRecord, tri
 def run_trials(wh: Warehouse, job_id: str, cell_key: str,
                on_trial_done: Callable[[TrialRecord], None] | None = None,
                prices: Prices = PRICES) -> list[TrialRecord]:
-    """Run the Job's Trials of one cell and store them; the cell is marked done or failed."""
+    """Run the Job's Trials of one cell and store them; a cell that could not run is marked failed (one that
+    ran waits for :func:`store_results`)."""
     run = lifecycle.open_cell_run(wh, job_id, cell_key, prices)
     if not lifecycle.start_cell(wh, job_id, cell_key):  # cancelled or at its ceiling before this run began
         return []
@@ -55,10 +61,37 @@ def run_trials(wh: Warehouse, job_id: str, cell_key: str,
         wh.write_parquet(trials_table(records), wh.trials_file(run.cell.file_id, job_id))
         write_transcripts(wh, run, output.calls)
     except BaseException as exc:
-        lifecycle.end_cell(wh, job_id, cell_key, "failed", str(exc).splitlines()[0][:300] if str(exc) else None)
+        _failed(wh, job_id, cell_key, exc)
         raise
-    lifecycle.end_cell(wh, job_id, cell_key, "done")
     return records
+
+
+def store_results(wh: Warehouse, cell_key: str, job_id: str | None) -> engine.Scores:
+    """Score every cell of the cell's Benchmark Version and compare them, then mark the Job's cell done (which
+    completes the Job after its last cell). The scores of all the version's cells come back, for display."""
+    try:
+        version = records.version_of_cell(wh, cell_key)
+        scores = store.write_version(wh, version, records.cells_of_version(wh, version))
+    except BaseException as exc:
+        if job_id is not None:
+            _failed(wh, job_id, cell_key, exc)
+        raise
+    if job_id is not None:
+        lifecycle.end_cell(wh, job_id, cell_key, "done")
+    return scores
+
+
+def run_cell_of_job(wh: Warehouse, job_id: str, cell_key: str,
+                    on_trial_done: Callable[[TrialRecord], None] | None = None,
+                    prices: Prices = PRICES) -> list[TrialRecord]:
+    """What a cell run does, in this process: the Trials, then the results."""
+    ran = run_trials(wh, job_id, cell_key, on_trial_done, prices)
+    store_results(wh, cell_key, job_id)
+    return ran
+
+
+def _failed(wh: Warehouse, job_id: str, cell_key: str, exc: BaseException) -> None:
+    lifecycle.end_cell(wh, job_id, cell_key, "failed", str(exc).splitlines()[0][:300] if str(exc) else None)
 
 
 def write_transcripts(wh: Warehouse, run: CellRun, calls: list[TranscriptCall]) -> None:

@@ -13,10 +13,11 @@ reservation is refunded, so for every Job reserved = charged + refunded.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
@@ -25,15 +26,17 @@ from amber_pipeline.benchmarks import registry
 from amber_pipeline.benchmarks.versions import BenchmarkVersion
 from amber_pipeline.cells import Cell
 from amber_pipeline.errors import AmberError
-from amber_pipeline.jobs import quotes
+from amber_pipeline.jobs import cell_names, quotes
 from amber_pipeline.jobs.quotes import Quote
 from amber_pipeline.jobs.records import ACTIVE_CELL, FINAL, Job, cells_of, get_job, run_dir
 from amber_pipeline.jobs.request import JobRequest
-from amber_pipeline.jobs.trial_runner import CellRun
 from amber_pipeline.models.configurations import ModelConfiguration
 from amber_pipeline.money import wallet, workspaces
 from amber_pipeline.money.prices import PRICES, Prices, usd
 from amber_pipeline.warehouse.catalog import Warehouse
+
+if TYPE_CHECKING:  # the runner imports the proxy and aiohttp: not for a CLI that only quotes and starts
+    from amber_pipeline.jobs.trial_runner import CellRun
 
 TRANSITIONS: dict[str, set[str]] = {
     "quoted": {"running", "cancelled"},
@@ -55,7 +58,7 @@ def transition(con: duckdb.DuckDBPyConnection, job_id: str, to: str, message: st
     current = _scalar(con, "select status from jobs where id = ?", [job_id])
     if to not in TRANSITIONS.get(current, set()):
         raise AmberError(f"Job {job_id} is {current}: it cannot become {to}.")
-    if to == "running":  # start_seq orders Jobs by start, for the sensor's cursor
+    if to == "running":  # start_seq orders Jobs by when they started
         con.execute("update jobs set status = ?, started_at = ?, start_seq = nextval('start_seq') where id = ?",
                     [to, at or datetime.now(UTC), job_id])
     else:
@@ -83,30 +86,55 @@ def resolve_benchmark(wh: Warehouse, request: JobRequest, workspace: str,
     return version, owner, label
 
 
-def quote(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now: datetime | None = None,
-          prices: Prices = PRICES) -> Quote:
-    """Record a quoted Job and reserve its Quote at once; it waits for `start`."""
-    now = now or datetime.now(UTC)
+@dataclass(frozen=True)
+class Estimate:
+    """What a Job would cost, before anything is reserved: each cell's price and the Benchmark it runs."""
+
+    benchmark_version_id: str
+    owner: str
+    label: str
+    cells: list[Cell]
+    quoted: list[quotes.CellQuote]
+    n_tasks: int
+
+    @property
+    def total(self) -> Decimal:
+        return sum((c.estimated for c in self.quoted), Decimal(0))
+
+
+def estimate(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now: datetime | None = None,
+             prices: Prices = PRICES) -> Estimate:
+    """Check a request and price each of its cells, reserving nothing (a refused request raises)."""
     mcs = request.check(wh.paths, workspace)
-    expire_due(wh, now)
+    expire_due(wh, now or datetime.now(UTC))
     version, owner, label = resolve_benchmark(wh, request, workspace, user)
     _check_fit(wh, workspace, request, version, mcs, private=owner != registry.PUBLIC)
     cells = request.cells(version, mcs)
     tasks = quotes.task_facts(version)
-    estimates = [quotes.estimate_cell(wh, workspace, c, tasks, request.trials_per_task, prices) for c in cells]
+    return Estimate(version.id, owner, label, cells,
+                    [quotes.estimate_cell(wh, workspace, c, tasks, request.trials_per_task, prices) for c in cells],
+                    len(version.tasks))
+
+
+def quote(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now: datetime | None = None,
+          prices: Prices = PRICES) -> Quote:
+    """Record a quoted Job and reserve its Quote at once; it waits for `start`."""
+    now = now or datetime.now(UTC)
+    priced = estimate(wh, workspace, user, request, now=now, prices=prices)
     job_id = f"job-{uuid.uuid4().hex[:10]}"
     with wh.write() as con:
-        made = quotes.reserve(con, workspace, job_id, label, estimates, now, request.ceiling_usd)
+        made = quotes.reserve(con, workspace, job_id, priced.label, priced.quoted, now, request.ceiling_usd)
         con.execute("insert into jobs (id, workspace, submitted_by, benchmark_version_id, benchmark_owner, "
                     "trials_per_task, status, quote_id, created_at, request) "
                     "values (?, ?, ?, ?, ?, ?, 'quoted', ?, ?, ?)",
-                    [job_id, workspace, user, version.id, owner, request.trials_per_task, made.id, now,
-                     request.model_dump_json()])
+                    [job_id, workspace, user, priced.benchmark_version_id, priced.owner, request.trials_per_task,
+                     made.id, now, request.model_dump_json()])
         con.executemany(
             "insert into job_cells (job_id, cell_key, agent, model_configuration, n_trials, status) "
             "values (?, ?, ?, ?, ?, 'pending')",
-            [[job_id, c.key, c.agent, c.model_configuration, len(version.tasks) * request.trials_per_task]
-             for c in cells])
+            [[job_id, c.key, c.agent, c.model_configuration, priced.n_tasks * request.trials_per_task]
+             for c in priced.cells])
+        cell_names.assign(con, priced.cells, priced.label)
     return made
 
 
@@ -187,6 +215,8 @@ def expire_due(wh: Warehouse, now: datetime | None = None) -> list[str]:
 
 def open_cell_run(wh: Warehouse, job_id: str, cell_key: str, prices: Prices = PRICES) -> CellRun:
     """Everything a cell run needs to run the Job's Trials of one cell."""
+    from amber_pipeline.jobs.trial_runner import CellRun
+
     job = get_job(wh, job_id, None)
     matches = [c for c in cells_of(wh, job_id) if c.cell_key == cell_key]
     if not matches:
@@ -255,10 +285,12 @@ def reach_ceiling(wh: Warehouse, job_id: str, message: str) -> None:
 
 
 def end_cell(wh: Warehouse, job_id: str, cell_key: str, status: str, message: str | None = None) -> None:
-    """Record that a cell stopped (done or failed); when the last cell stops, end the Job and refund the rest."""
+    """Record that a cell stopped (done or failed); when the last cell stops, end the Job and refund the rest.
+    A cell that already stopped (cancelled before it began) keeps its status."""
     with wh.write() as con:
         con.execute("update job_cells set status = ?, message = ?, finished_at = now() "
-                    "where job_id = ? and cell_key = ?", [status, message, job_id, cell_key])
+                    "where job_id = ? and cell_key = ? and status in ('pending', 'running')",
+                    [status, message, job_id, cell_key])
         _end_if_idle(con, job_id)
 
 

@@ -7,14 +7,16 @@ Workspace is reported with exactly the sentence of one that does not exist.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import duckdb
 import pyarrow.parquet as pq
 
 from amber_pipeline.benchmarks.registry import PUBLIC
 from amber_pipeline.cells import NO_MODEL, Cell, cell_file_id, model_name
 from amber_pipeline.errors import AmberError
+from amber_pipeline.jobs import cell_names
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.warehouse.catalog import Warehouse
 
@@ -65,12 +67,17 @@ class JobCell:
 
 
 @dataclass(frozen=True)
-class CellRequest:
-    """A cell of a started Job that still waits for its run: what the sensor turns into a run request."""
+class CellLaunch:
+    """A cell of a running Job, claimed for its run: what the warm worker or the sensor turns into a cell run."""
 
-    start_seq: int  # the Job's place in start order, the sensor's cursor
     job_id: str
     cell_key: str
+    cell_name: str  # the cell's name, its partition key in Dagster
+
+    @property
+    def run_key(self) -> str:
+        """One run per Job and cell: a replayed request never starts a second."""
+        return f"{self.job_id}:{cell_file_id(self.cell_key)}"
 
 
 _JOB_SELECT = """select j.id, j.seq, j.workspace, j.benchmark_version_id, j.benchmark_owner, b.label,
@@ -110,13 +117,52 @@ def cells_of(wh: Warehouse, job_id: str) -> list[JobCell]:
     return [JobCell(*r) for r in rows]
 
 
-def waiting_cells(wh: Warehouse, after: int) -> list[CellRequest]:
-    """The pending cells of Jobs started after the sensor's cursor (a Job's place in start order)."""
+def claim_cells(wh: Warehouse, job_id: str | None = None) -> list[CellLaunch]:
+    """Claim the pending cells of running Jobs (of one Job, or all) that nobody launched yet.
+
+    The claim is one statement, so whichever launcher asks first (the warm worker told of a start, or the
+    sensor's tick) gets a cell and the other does not: each cell of a Job gets one run.
+    """
+    with wh.write() as con:
+        rows = con.execute("""update job_cells set launched_at = now() from jobs j
+                              where j.id = job_cells.job_id and j.status = 'running' and job_cells.status = 'pending'
+                                and job_cells.launched_at is null and (?::varchar is null or j.id = ?)
+                              returning job_cells.job_id, job_cells.cell_key""", [job_id, job_id]).fetchall()
+        return _launches(con, rows)
+
+
+def unstarted_claims(wh: Warehouse, older_than: timedelta) -> list[CellLaunch]:
+    """Claimed cells of running Jobs whose run has not started them for a while: their launcher may have died
+    between the claim and the run, so the sensor asks again (the run key keeps it to one run)."""
     with wh.read() as con:
-        rows = con.execute("""select j.start_seq, j.id, c.cell_key from jobs j join job_cells c on c.job_id = j.id
-                              where j.start_seq > ? and c.status = 'pending'
-                              order by j.start_seq, c.cell_key""", [after]).fetchall()
-    return [CellRequest(*r) for r in rows]
+        rows = con.execute("""select c.job_id, c.cell_key from job_cells c join jobs j on j.id = c.job_id
+                              where j.status = 'running' and c.status = 'pending' and c.launched_at < ?""",
+                           [datetime.now(UTC) - older_than]).fetchall()
+        return _launches(con, rows)
+
+
+def _launches(con: duckdb.DuckDBPyConnection, rows: list[tuple]) -> list[CellLaunch]:
+    names = cell_names.of(con, [key for _, key in rows])
+    return sorted((CellLaunch(job_id, key, names[key]) for job_id, key in rows),
+                  key=lambda c: (c.job_id, c.cell_name))
+
+
+def version_of_cell(wh: Warehouse, cell_key: str) -> str:
+    """The Benchmark Version a cell of some Job belongs to."""
+    with wh.read() as con:
+        row = con.execute("select j.benchmark_version_id from job_cells c join jobs j on j.id = c.job_id "
+                          "where c.cell_key = ? limit 1", [cell_key]).fetchone()
+    if row is None:
+        raise AmberError(f"No Job has the cell {cell_key}: submit one with `amber job submit`.")
+    return row[0]
+
+
+def cells_of_version(wh: Warehouse, benchmark_version_id: str) -> list[str]:
+    """The keys of every cell any Job ran on a Benchmark Version, whoever's."""
+    with wh.read() as con:
+        return [r[0] for r in con.execute(
+            "select distinct c.cell_key from job_cells c join jobs j on j.id = c.job_id "
+            "where j.benchmark_version_id = ? order by 1", [benchmark_version_id]).fetchall()]
 
 
 def run_dir(wh: Warehouse, job_id: str, cell: Cell) -> Path:

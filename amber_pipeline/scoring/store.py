@@ -1,7 +1,9 @@
 """Scores in the warehouse: per-Task Rewards, cell aggregates and comparisons, written from the engine.
 
-Two writers, one computation. When a cell run ends, :func:`write_cell` scores
-that cell over all its stored Trials; :func:`reaggregate` scores every cell
+Three writers, one computation. :func:`write_cell` scores one cell over all
+its stored Trials; when a cell run ends, :func:`write_version` scores every
+cell of its Benchmark Version and replaces that version's comparisons, so a
+report is current as soon as a cell is; :func:`reaggregate` scores every cell
 and compares every pair, so late Trials and a fix to the statistics reach
 every report. Both call :func:`engine.score` on the Trial files, and a cell's
 numbers depend only on its own Trials (sums are exact and the resample rows
@@ -77,6 +79,29 @@ def write_cell(wh: Warehouse, cell_key: str) -> engine.Scores:
     return scores
 
 
+def write_version(wh: Warehouse, benchmark_version_id: str, cell_keys: Sequence[str]) -> engine.Scores:
+    """Score the cells of one Benchmark Version (``cell_keys``: all of them) over all their stored Trials, write
+    their Rewards and aggregates, and replace that version's rows of the comparisons file with theirs.
+
+    Each cell's numbers are those :func:`write_cell` gives (they depend only on its own Trials); the other
+    versions' comparisons are kept as they were. Serialized with :func:`reaggregate` by its lock.
+    """
+    files = [f for key in sorted(set(cell_keys)) for f in cell_trial_files(wh, key)]
+    with locked(wh.paths.aggregates / "_reaggregate.lock", fcntl.LOCK_EX), contextlib.closing(duckdb.connect()) as con:
+        scores = _score(con, files, DEFAULT_RESAMPLING)
+        written = _write_cells(con, wh, scores.cells)
+        _remove_others([root / cell_file_id(key) for key in cell_keys
+                        for root in (wh.paths.rewards, wh.paths.aggregates)], written)
+        path = comparisons_file(wh)
+        ours = _comparison_table(con, scores.comparisons)
+        if path.is_file():  # the other versions' rows, as they were
+            kept = con.execute(f"select * from read_parquet({sql.string(str(path))}) "
+                               "where benchmark_version_id <> ?", [benchmark_version_id]).to_arrow_table()
+            ours = pa.concat_tables([_as(COMPARISON_SCHEMA, kept), ours])
+        wh.write_parquet(ours, path)
+    return scores
+
+
 def _score(con: duckdb.DuckDBPyConnection, files: Sequence[Path], resampling: Resampling) -> engine.Scores:
     """The engine over stored Trial files (no file: no cell)."""
     return engine.score(con, trial_rows(files), resampling) if files else engine.Scores([], [])
@@ -103,12 +128,15 @@ def _write_cells(con: duckdb.DuckDBPyConnection, wh: Warehouse, cells: Sequence[
 
 def _write_comparisons(con: duckdb.DuckDBPyConnection, wh: Warehouse,
                        comparisons: Sequence[engine.Comparison]) -> Path:
-    table = _table(con, COMPARISON_SCHEMA, (
+    wh.write_parquet(_comparison_table(con, comparisons), comparisons_file(wh))
+    return comparisons_file(wh)
+
+
+def _comparison_table(con: duckdb.DuckDBPyConnection, comparisons: Sequence[engine.Comparison]) -> pa.Table:
+    return _table(con, COMPARISON_SCHEMA, (
         [c.better.scope, c.better.benchmark, c.better.agent, c.better.model, c.worse.model, c.difference.mean,
          c.difference.ci95.low, c.difference.ci95.high, c.difference.n_shared_tasks,
          c.difference.too_close_to_call, c.better.cell, c.worse.cell] for c in comparisons))
-    wh.write_parquet(table, comparisons_file(wh))
-    return comparisons_file(wh)
 
 
 def _table(con: duckdb.DuckDBPyConnection, schema: pa.Schema, rows: Iterable[list[object]]) -> pa.Table:

@@ -52,6 +52,8 @@ create table if not exists job_cells (
     model_configuration varchar not null, n_trials integer not null, status varchar not null,
     started_at timestamptz, finished_at timestamptz, message varchar,
     primary key (job_id, cell_key));
+alter table job_cells add column if not exists launched_at timestamptz;
+create table if not exists cell_names (cell_key varchar primary key, name varchar not null unique);
 create table if not exists quotes (
     id varchar primary key, workspace varchar not null, job_id varchar not null,
     amount decimal(18, 6) not null, created_at timestamptz not null, expires_at timestamptz not null,

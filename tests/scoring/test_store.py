@@ -392,3 +392,28 @@ def test_a_cell_whose_trials_are_no_longer_results_leaves_no_score_behind(wareho
     store_trials(warehouse, [trial("alpha", "job-1", TERM[0], t, 1, "cancelled", None) for t in ("t0", "t1")])
     assert store.reaggregate(warehouse).cells == 1
     assert view(warehouse, "select cell_key from cell_aggregates") == [{"cell_key": TERM[1].key}]
+
+
+def test_write_version_writes_what_reaggregate_writes_and_keeps_other_versions(warehouse: Warehouse) -> None:
+    """A cell run ends by scoring its Benchmark Version (``write_version``): version by version, the cells and
+    the comparisons come out exactly as one re-aggregation of everything writes them, and each version's
+    comparisons replace only that version's rows."""
+    records = populate(warehouse)
+    by_version: dict[str, set[str]] = defaultdict(set)
+    for t in records:
+        by_version[t.benchmark_version_id].add(t.cell_key)
+    assert len(by_version) == 2
+    for version, keys in sorted(by_version.items()):
+        scores = store.write_version(warehouse, version, sorted(keys))
+        assert {c.cell for c in scores.cells} <= keys
+        assert {c.better.benchmark for c in scores.comparisons} <= {version}
+    versioned = snapshot(warehouse)
+    assert {r["benchmark_version_id"] for r in versioned["comparisons"]} == set(by_version)  # both kept
+    shutil.rmtree(warehouse.paths.aggregates)
+    shutil.rmtree(warehouse.paths.rewards)
+    shutil.rmtree(warehouse.paths.comparisons)
+    assert store.reaggregate(warehouse).changed
+    assert snapshot(warehouse) == versioned
+    # Again for one version: the other's rows stay as they were.
+    store.write_version(warehouse, BV2, sorted(by_version[BV2]))
+    assert snapshot(warehouse) == versioned

@@ -1,0 +1,101 @@
+"""What the UI shows of scores: tables and plots in the metadata of the cell and comparison assets.
+
+Tables are Dagster table metadata, which the UI shows inline (Markdown sits
+behind a "Show Markdown" button). Plots are inline PNGs in Markdown: Dagster
+1.13 has no image metadata type, so they are the one thing a click away.
+"""
+
+from __future__ import annotations
+
+import math
+
+import dagster as dg
+
+from amber_pipeline.analysis import frontier, plots
+from amber_pipeline.scoring import engine
+from amber_pipeline.warehouse.catalog import Warehouse
+
+CELL_COLUMNS = dg.TableSchema(columns=[
+    dg.TableColumn("this", "bool", description="the cell this run scored"),
+    dg.TableColumn("workspace", "string"), dg.TableColumn("cell", "string"),
+    dg.TableColumn("tasks", "int"), dg.TableColumn("trials", "int"),
+    dg.TableColumn("mean_reward", "float"), dg.TableColumn("ci95", "string", description="95% bootstrap CI"),
+    dg.TableColumn("cost_usd", "float"), dg.TableColumn("mean_duration_s", "float"),
+    dg.TableColumn("errored", "int")])
+REWARD_COLUMNS = dg.TableSchema(columns=[
+    dg.TableColumn("workspace", "string"), dg.TableColumn("task", "string"), dg.TableColumn("trials", "int"),
+    dg.TableColumn("errored", "int"), dg.TableColumn("mean_reward", "float")])
+
+
+def cells(scores: list[engine.CellScore], names: dict[str, str], this: str) -> dg.TableMetadataValue:
+    """Every cell of a Benchmark Version with its score and 95% CI, the one just scored marked."""
+    return dg.MetadataValue.table([_cell_record(c, names[c.cell], c.cell == this) for c in scores],
+                                  schema=CELL_COLUMNS)
+
+
+def rewards(scores: list[engine.CellScore]) -> dg.TableMetadataValue:
+    """Each Task's Trials, Errored Trials and mean Reward, for the cell's Workspaces."""
+    return dg.MetadataValue.table(
+        [dg.TableRecord({"workspace": c.scope, "task": task, "trials": n, "errored": errored,
+                         "mean_reward": math.nan if mean is None else round(mean, 3)})
+         for c in scores for task, n, errored, mean in zip(
+             *(c.task_rewards[k].to_pylist() for k in ("task", "n_trials", "n_errored", "mean_reward")), strict=True)],
+        schema=REWARD_COLUMNS)
+
+
+def _cell_record(c: engine.CellScore, name: str, this: bool) -> dg.TableRecord:
+    return dg.TableRecord({
+        "this": this, "workspace": c.scope, "cell": name, "tasks": c.n_tasks, "trials": c.n_trials,
+        "mean_reward": round(float(c.mean), 3), "ci95": f"[{c.ci95.low:.3f}, {c.ci95.high:.3f}]",
+        "cost_usd": round(c.cost_usd, 6), "mean_duration_s": round(float(c.mean_duration_sec), 1),
+        "errored": c.errored})
+
+
+def version_plots(cells: list[engine.CellScore], names: dict[str, str]) -> str:
+    """The forest plot of a Benchmark Version's cells and, when two or more have a Model Configuration, their
+    cost-versus-score plot with its frontier; as inline Markdown images."""
+    one_scope = len({c.scope for c in cells}) == 1
+
+    def label(c: engine.CellScore) -> str:
+        return names[c.cell] if one_scope else f"{c.scope}: {names[c.cell]}"
+
+    rows = [plots.Row(label(c), c.mean, c.ci95.low, c.ci95.high) for c in cells]
+    shown = plots.markdown_image(lambda path: plots.forest(rows, [], path, title="Cells of this Benchmark Version"),
+                                 "forest plot")
+    priced = [frontier.Point.of_cell(label(c), c.cost_usd, c.n_trials, c.mean, c.ci95.low, c.ci95.high)
+              for c in cells if c.model is not None and c.n_trials]
+    if len(priced) > 1:
+        shown += "\n\n" + plots.markdown_image(
+            lambda path: plots.cost_score(priced, path, title="Cost and score of this Benchmark Version's cells"),
+            "cost and score")
+    return shown
+
+
+def comparisons(wh: Warehouse, benchmark_version_id: str | None = None) -> dict[str, dg.RawMetadataValue]:
+    """The stored comparisons (of one Benchmark Version, or all) as a table, with their forest plot."""
+    with wh.query() as con:
+        rows = con.execute("""select workspace, agent, better, worse, mean_difference, ci_low, ci_high,
+                                     n_shared_tasks, too_close_to_call from comparisons
+                              where ?::varchar is null or benchmark_version_id = ?
+                              order by workspace, agent, better, worse""",
+                           [benchmark_version_id, benchmark_version_id]).fetchall()
+    table = dg.MetadataValue.table([dg.TableRecord({
+        "workspace": w, "agent": a, "better": b, "worse": x, "difference": round(d, 3),
+        "ci95": f"[{lo:+.3f}, {hi:+.3f}]", "shared_tasks": n,
+        "verdict": "too close to call" if close else f"{b} is better"})
+        for w, a, b, x, d, lo, hi, n, close in rows], schema=COMPARISON_COLUMNS)
+    metadata: dict[str, dg.RawMetadataValue] = {"comparisons": len(rows), "table": table}
+    if rows:
+        differences = [plots.Row(f"{b} - {x} ({a})", d, lo, hi) for _, a, b, x, d, lo, hi, _, _ in rows]
+        metadata["plot"] = dg.MetadataValue.md(plots.markdown_image(
+            lambda path: plots.forest([], differences, path, title="Paired differences in mean Reward"),
+            "forest plot"))
+    return metadata
+
+
+COMPARISON_COLUMNS = dg.TableSchema(columns=[
+    dg.TableColumn(name, kind) for name, kind in (
+        ("workspace", "string"), ("agent", "string"), ("better", "string"), ("worse", "string"),
+        ("difference", "float"), ("ci95", "string"), ("shared_tasks", "int"), ("verdict", "string"))])
+
+

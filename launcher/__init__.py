@@ -1,0 +1,1 @@
+"""How Amber's Dagster runs start: at once, in warm processes."""

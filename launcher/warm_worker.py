@@ -1,0 +1,169 @@
+"""The warm worker: Amber's code imported once, a forked process per Dagster run.
+
+A cell run started as a new interpreter spends seconds importing Dagster,
+Amber, Harbor and litellm before its first Trial. This process imports them
+once, when the embedded Amber starts (`amber daemon start`, `amber ui`), then
+waits on a Unix socket (`amber_pipeline.warm_worker`) and forks:
+
+- ``{"op": "execute_run", "args": ...}`` from `WarmRunLauncher`: a child that
+  runs the Dagster run exactly as `dagster api execute_run` would;
+- ``{"op": "start_job", "job_id": ...}`` from the CLI: a child
+  that claims the Job's cells and queues their runs (`cell_runs.submit`).
+
+Each child starts a session of its own, so stopping the daemon and this worker
+(one process group) lets the runs in progress finish. The worker itself opens
+no database and starts no thread, so every fork starts clean; it answers only
+its own user, and replies with the child's pid without waiting for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+# What a run or a launch imports, measured: Amber's definitions (Dagster, DuckDB, Arrow), Harbor's trial engine and
+# Agents, litellm (Terminus-2's client), and the Dagster machinery a run worker loads lazily (SQLite storage with
+# SQLAlchemy and Alembic, 0.6 s; the run command; the in-process code location).
+PRELOAD = ("amber_pipeline.definitions", "harbor.trial.trial", "harbor.agents.factory", "litellm", "docker",
+           "dagster._cli.api", "dagster._core.storage.sqlite_storage", "launcher.cell_runs")
+_REQUEST_TIMEOUT_SEC = 5
+
+
+def preload() -> float:
+    """Import what every run needs; the seconds it took."""
+    start = time.perf_counter()
+    for module in PRELOAD:
+        importlib.import_module(module)
+    return time.perf_counter() - start
+
+
+def execute_run(args_json: str) -> None:
+    """What `dagster api execute_run ARGS` does, in this process (the command's function, not its CLI)."""
+    from dagster._cli.api import execute_run_command
+
+    assert execute_run_command.callback is not None
+    execute_run_command.callback(args_json, None)
+
+
+def start_job(job_id: str) -> None:
+    import dagster as dg
+
+    from amber_pipeline.jobs import records
+    from amber_pipeline.paths import AmberPaths
+    from amber_pipeline.warehouse.catalog import Warehouse
+    from launcher import cell_runs
+
+    claimed = records.claim_cells(Warehouse(AmberPaths.from_env()), job_id)
+    with dg.DagsterInstance.get() as instance:
+        cell_runs.submit(instance, claimed)
+
+
+def _fork(work: Callable[[], None], *sockets: socket.socket) -> int:
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        for s in sockets:
+            s.close()
+        os.setsid()  # not in the worker's process group: stopping the daemon does not stop this run
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        work()
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    except BaseException:  # noqa: BLE001 - a child must never return into the server loop
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _same_user(conn: socket.socket) -> bool:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _, uid, _ = struct.unpack("3i", creds)
+    return uid == os.getuid()
+
+
+def _handle(conn: socket.socket, server: socket.socket) -> None:
+    conn.settimeout(_REQUEST_TIMEOUT_SEC)
+    if not _same_user(conn):
+        return
+    with conn.makefile("rb") as lines:
+        request = json.loads(lines.readline() or b"{}")
+    op = request.get("op")
+    if op == "execute_run":
+        pid = _fork(lambda: execute_run(request["args"]), server, conn)
+    elif op == "start_job":
+        pid = _fork(lambda: start_job(str(request["job_id"])), server, conn)
+    elif op == "ping":
+        pid = os.getpid()
+    else:
+        conn.sendall(json.dumps({"error": f"unknown op {op!r}"}).encode() + b"\n")
+        return
+    conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+
+
+def _reap() -> None:
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
+def serve(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)  # the socket is its owner's alone
+    try:
+        server.bind(str(path))
+    finally:
+        os.umask(old_umask)
+    server.listen(16)
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        while not stopping:
+            _reap()
+            ready, _, _ = select.select([server], [], [], 1.0)
+            if not ready:
+                continue
+            conn, _ = server.accept()
+            with conn:
+                try:
+                    _handle(conn, server)
+                except (OSError, ValueError, KeyError) as exc:
+                    print(f"warm worker: a request failed: {exc}", file=sys.stderr, flush=True)
+    finally:
+        server.close()
+        path.unlink(missing_ok=True)
+
+
+def main() -> None:
+    from amber_pipeline import warm_worker
+
+    seconds = preload()
+    path = warm_worker.socket_path(Path(os.environ["DAGSTER_HOME"]))
+    print(f"warm worker: imports took {seconds:.1f} s; listening on {path}", file=sys.stderr, flush=True)
+    serve(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""The embedded daemon with its warm worker: runs start warm, survive a daemon stop, and resume after a start.
+
+Real processes throughout: `embedded.start_daemon` starts `dagster-daemon` and the warm worker on a temporary
+AMBER_HOME, Jobs are submitted as the CLI does (`lifecycle.submit`, then `launch`), and cell runs execute real
+Trials in Docker sandboxes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import httpx
+import pytest
+from dagster._core.instance.ref import InstanceRef
+from helpers import funded, submit
+
+from amber_pipeline import warm_worker
+from amber_pipeline.cli import embedded
+from amber_pipeline.cli.jobs import launch
+from amber_pipeline.jobs import lifecycle, records
+from amber_pipeline.jobs.request import JobRequest
+from amber_pipeline.money.identity import local_user
+from amber_pipeline.paths import PROJECT_ROOT
+from amber_pipeline.warehouse.catalog import Warehouse
+
+pytestmark = [pytest.mark.docker, pytest.mark.dagster_ui]
+
+TASK = PROJECT_ROOT / "examples" / "demo-bench" / "fix-off-by-one"
+
+
+def slow_bench(tmp_path: Path, seconds: int) -> Path:
+    """One Task whose solution first sleeps, so an oracle Trial is still running when we act."""
+    bench = tmp_path / "slow-bench"
+    shutil.copytree(TASK, bench / TASK.name)
+    solve = bench / TASK.name / "solution" / "solve.sh"
+    lines = solve.read_text().splitlines()
+    solve.write_text("\n".join([lines[0], f"sleep {seconds}", *lines[1:]]) + "\n")
+    return bench
+
+
+def wait_for(what: str, check, budget: float):
+    deadline = time.monotonic() + budget
+    while (value := check()) in (None, False, []):
+        assert time.monotonic() < deadline, f"no {what} within {budget} s"
+        time.sleep(0.2)
+    return value
+
+
+def runs_of(instance: dg.DagsterInstance, job_id: str) -> list[dg.DagsterRun]:
+    return [r.dagster_run for r in instance.get_run_records(dg.RunsFilter(tags={"amber/job": job_id}))]
+
+
+def test_runs_start_warm_survive_a_daemon_stop_and_resume_after_a_start(tmp_path: Path, warehouse: Warehouse,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    paths = warehouse.paths
+    funded(warehouse)
+    bench = slow_bench(tmp_path, 6)
+    embedded.start_daemon(paths)
+    monkeypatch.setenv("DAGSTER_HOME", str(paths.dagster_home))
+    try:
+        assert warm_worker.ask(paths.dagster_home, {"op": "ping"}) is not None, "the warm worker does not answer"
+        _, running = lifecycle.submit(warehouse, "default", local_user(),  # room for the slow solution's time
+                                      JobRequest(benchmark=str(bench), agent="oracle", ceiling_usd=1.0))
+        launch(warehouse, running.id)
+        wait_for("running cell", lambda: [c for c in records.cells_of(warehouse, running.id)
+                                          if c.status == "running"], 60)
+        with dg.DagsterInstance.get() as instance:
+            [run] = runs_of(instance, running.id)
+            assert run.tags["amber/worker_pid"].isdigit()
+            assert any("forked by the warm worker" in (e.message or "")
+                       for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT))
+        # Stop the daemon while the Trial runs: the run is a process of its own and finishes.
+        assert embedded.stop_daemon(paths)
+        queued = submit(warehouse, str(bench), "nop", [], 1)  # started while no daemon runs
+        launch(warehouse, queued.id)  # no warm worker answers: it waits for a daemon
+        done = wait_for("the running Job to end", lambda: records.get_job(warehouse, running.id, None).ended, 90)
+        assert done and records.get_job(warehouse, running.id, None).status == "completed"
+        with dg.DagsterInstance.get() as instance:
+            [run] = runs_of(instance, running.id)
+            wait_for("the run to succeed", lambda: instance.get_run_by_id(run.run_id).status
+                     == dg.DagsterRunStatus.SUCCESS, 30)
+            assert runs_of(instance, queued.id) == []
+        with warehouse.query() as con:
+            assert con.execute("select mean_reward from cell_results where agent = 'oracle'").fetchone() == (1.0,)
+        assert records.get_job(warehouse, queued.id, None).status == "running"
+
+        # A later start picks the waiting Job up (the sensor claims what nobody launched).
+        embedded.start_daemon(paths)
+        wait_for("the queued Job to end", lambda: records.get_job(warehouse, queued.id, None).ended, 90)
+        assert records.get_job(warehouse, queued.id, None).status == "completed"
+        with dg.DagsterInstance.get() as instance:
+            [run] = runs_of(instance, queued.id)
+            assert run.tags["dagster/sensor_name"] == "job_request_sensor"
+    finally:
+        embedded.stop_daemon(paths)
+    assert warm_worker.ask(paths.dagster_home, {"op": "ping"}) is None, "the warm worker outlived its daemon"
+
+
+def test_amber_ui_uses_the_running_daemon_and_leaves_it_running(warehouse: Warehouse) -> None:
+    paths = warehouse.paths
+    pid = embedded.start_daemon(paths)
+    port = free_port()
+    ui = subprocess.Popen([str(Path(sys.executable).parent / "amber"), "ui", "--port", str(port)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5, trust_env=False) as client:
+            def serving() -> bool:
+                try:
+                    return client.get("/server_info").status_code == 200
+                except httpx.TransportError:
+                    return False
+            wait_for("the webserver", serving, 90)
+        assert embedded.daemon_pid(paths) == pid  # the one daemon of the instance, not a second
+        ui.send_signal(signal.SIGTERM)
+        output = ui.communicate(timeout=60)[0].decode()
+        assert embedded.daemon_pid(paths) == pid, "amber ui stopped a daemon it did not start"
+        assert "will not be used" not in output and "deprecat" not in output.lower(), output
+    finally:
+        if ui.poll() is None:
+            os.killpg(ui.pid, signal.SIGKILL)
+        embedded.stop_daemon(paths)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_demo_leaves_every_run_succeeded_and_comparisons_materialized(warehouse: Warehouse) -> None:
+    """`amber demo` starts the daemon, follows its Jobs to the end and stops it: no run of its is interrupted,
+    and the comparisons are recorded, not waiting for the hourly schedule."""
+    demo = subprocess.run([str(Path(sys.executable).parent / "amber"), "demo", "--agent", "nop"],
+                          capture_output=True, text=True, timeout=900, check=False)
+    assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+    assert embedded.daemon_pid(warehouse.paths) is None  # it stopped the daemon it started
+    jobs = records.list_jobs(warehouse, "default")
+    assert len(jobs) == 2 and all(j.status == "completed" for j in jobs), jobs
+    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(warehouse.paths.dagster_home))) as instance:
+        runs = [r.dagster_run for r in instance.get_run_records()]
+        wait_for("the last run's bookkeeping", lambda: all(
+            instance.get_run_by_id(r.run_id).is_finished for r in runs), 30)
+        statuses = {r.tags["dagster/partition"]: instance.get_run_by_id(r.run_id).status for r in runs}
+        assert statuses == {name: dg.DagsterRunStatus.SUCCESS for name in (
+            "demo-bench@1/oracle", "demo-bench@1/nop", "static-bench@1/direct/replay-strong",
+            "static-bench@1/direct/replay-weak")}, statuses
+        assert instance.get_latest_materialization_event(dg.AssetKey("comparisons")) is not None
