@@ -217,12 +217,10 @@ def step_failures(dagster: Dagster, run_id: str) -> list[str]:
 
 def smaller_request(default_yaml: str, bench: Path) -> str:
     """The launchpad's default run config with a smaller request in place of the demo's: nop over `bench`
-    with oracle and nop as bounds, that is two cells of one Task each, with no Model and no API key. The
-    request is the config of the op whose config names a `benchmark` (the op's name is left as it is)."""
+    with oracle and nop as bounds, that is two cells of one Task each, with no Model and no API key."""
     config = yaml.safe_load(default_yaml)
-    [op] = [op for op in config["ops"].values() if "benchmark" in (op or {}).get("config", {})]
-    op["config"] |= {"benchmark": str(bench), "agent": "nop", "model_configurations": [], "bounds": True,
-                     "trials_per_task": 1, "workspace": DEFAULT_WORKSPACE}
+    config["ops"]["quote_job"]["config"] |= {"benchmark": str(bench), "agent": "nop", "model_configurations": [],
+                                             "bounds": True, "trials_per_task": 1, "workspace": DEFAULT_WORKSPACE}
     return yaml.safe_dump(config, sort_keys=False)
 
 

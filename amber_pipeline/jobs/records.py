@@ -68,7 +68,8 @@ class JobCell:
 
 @dataclass(frozen=True)
 class CellLaunch:
-    """A cell of a running Job, claimed for its run: what the warm worker or the sensor turns into a cell run."""
+    """A cell of a running Job, claimed for its run: what a launcher (the warm worker, `submit_job` or the sensor)
+    turns into a cell run."""
 
     job_id: str
     cell_key: str
@@ -120,8 +121,8 @@ def cells_of(wh: Warehouse, job_id: str) -> list[JobCell]:
 def claim_cells(wh: Warehouse, job_id: str | None = None) -> list[CellLaunch]:
     """Claim the pending cells of running Jobs (of one Job, or all) that nobody launched yet.
 
-    The claim is one statement, so whichever launcher asks first (the warm worker told of a start, or the
-    sensor's tick) gets a cell and the other does not: each cell of a Job gets one run.
+    The claim is one statement, so whichever launcher asks first (the warm worker told of a start,
+    `submit_job`, or the sensor's tick) gets a cell and the others do not: each cell of a Job gets one run.
     """
     with wh.write() as con:
         rows = con.execute("""update job_cells set launched_at = now() from jobs j
