@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from assets.benchmark_versions import benchmark_versions
 from assets.cells import cell_job, cell_scores, trials
 from assets.comparisons import comparisons, reaggregation_job
 from assets.job_requests import submit_job
@@ -12,13 +13,16 @@ from assets.schedules import (
     reaggregation_schedule,
     transcript_expiry_job,
     transcript_expiry_schedule,
+    upload_retention_job,
+    upload_retention_schedule,
 )
+from sensors.benchmark_versions import benchmark_version_sensor
 from sensors.job_requests import job_request_sensor
 
 defs = dg.Definitions(
-    assets=[trials, cell_scores, comparisons],
-    jobs=[cell_job, submit_job, quote_expiry_job, reaggregation_job, transcript_expiry_job],
-    sensors=[job_request_sensor],
-    schedules=[quote_expiry_schedule, reaggregation_schedule, transcript_expiry_schedule],
+    assets=[trials, cell_scores, comparisons, benchmark_versions],
+    jobs=[cell_job, submit_job, quote_expiry_job, reaggregation_job, transcript_expiry_job, upload_retention_job],
+    sensors=[job_request_sensor, benchmark_version_sensor],
+    schedules=[quote_expiry_schedule, reaggregation_schedule, transcript_expiry_schedule, upload_retention_schedule],
     resources={"warehouse": WarehouseResource()},
 )

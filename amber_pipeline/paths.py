@@ -14,6 +14,8 @@ can delete one folder to start over:
       warehouse/evidence/          Parquet evidence of Amber's own Trials, derived when read
       warehouse/transcripts/       Parquet model-call transcripts by date (90-day retention)
       benchmarks/<hash>/           immutable copies of Benchmark Versions
+      uploads/                     archives being unpacked and checked (nothing stays after the check)
+      cache/git/                   clones of the Harbor registry's git repositories, and the Tasks taken from them
       models/<workspace>/          a Workspace's own Model Configurations (TOML)
       runs/<job>/<cell>/           Harbor trial folders (readable by `harbor view`)
       dagster/                     DAGSTER_HOME of the embedded instance
@@ -78,6 +80,16 @@ class AmberPaths:
     @property
     def benchmarks(self) -> Path:
         return self.home / "benchmarks"
+
+    @property
+    def uploads(self) -> Path:
+        """Where an uploaded archive is unpacked and checked; its Tasks then go to `benchmarks`."""
+        return self.home / "uploads"
+
+    @property
+    def cache(self) -> Path:
+        """Fetched public Tasks (Harbor registry git repositories), kept between imports."""
+        return self.home / "cache"
 
     @property
     def runs(self) -> Path:

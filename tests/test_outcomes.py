@@ -28,6 +28,7 @@ EXPECTED = {
     "agent_refusal": (S, S, False),
     "agent_error": (S, S, False),
     "verifier": (E, S, True),
+    "trial_limit": (E, S, False),
     "cancelled": (C, C, False),
 }
 AGENT = {"agent_budget", "agent_refusal", "agent_error"}

@@ -1,65 +1,169 @@
-"""The catalog's Benchmark Versions: who owns each, and its human label ``name@N``.
+"""The catalog's Benchmark Versions: who owns each, its human label, and who may see it.
 
-A Benchmark Version is owned by a Workspace (private) or by ``public``. Its
-label numbers the versions of one name for one owner in registration order;
-registering the same content again returns the label it already has.
+A Benchmark Version is owned by a Workspace (private) or by ``public``. A
+private one is seen by its Workspace alone: listings, lookups by label or id
+and their error messages all answer for another Workspace's Version exactly
+as for one that does not exist.
+
+Its label numbers the Versions of one name for one owner in registration
+order (``name@N``), or is given by where the Tasks come from (Harbor's
+registry: ``terminal-bench@2.0``); registering the same content again returns
+the label it already has. An upload's Tasks are staged as an unpublished
+Version while they are validated: jobs can run it, but no listing or lookup
+by label finds it until it is published.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
+
+import duckdb
 
 from amber_pipeline.benchmarks.versions import BenchmarkVersion, open_snapshot, snapshot
 from amber_pipeline.errors import AmberError
 from amber_pipeline.warehouse.catalog import Warehouse
 
 PUBLIC = "public"
-LABEL = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)@(?P<number>\d+)$")
+LABEL = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)@(?P<version>[A-Za-z0-9._+-]+)$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+ID_PREFIX = re.compile(r"^[0-9a-f]{8,64}$")
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A Benchmark Version as a listing shows it."""
+
+    id: str
+    owner: str
+    name: str
+    label: str
+    n_tasks: int
+    origin: str  # folder, upload, registry or adapter
+    created_at: datetime
+    allowed_hosts: tuple[str, ...]
+
+    @property
+    def public(self) -> bool:
+        return self.owner == PUBLIC
 
 
 def is_label(ref: str) -> bool:
-    """A reference that reads as a label ``name@N`` and is not a folder on disk."""
+    """A reference that reads as a label ``name@N`` (or ``name@version``) and is not a folder on disk."""
     return LABEL.match(ref) is not None and not Path(ref).exists()
 
 
-def register(wh: Warehouse, source: Path, owner: str) -> tuple[BenchmarkVersion, str]:
-    """Snapshot a Benchmark folder for an owner (a Workspace, or public); a new version gets name@N."""
-    version = snapshot(source, wh.paths.benchmarks)
+def check_name(name: str) -> str:
+    """A Benchmark's name, or one sentence refusing it."""
+    if not NAME.match(name):
+        raise AmberError(f"{name!r} is not a Benchmark name: use up to 64 letters, digits, '.', '_' and '-', "
+                         "starting with a letter or digit.")
+    return name
+
+
+def register(wh: Warehouse, source: Path, owner: str, *, name: str | None = None, label: str | None = None,
+             origin: str = "folder", folders: Sequence[str] | None = None,
+             allowed_hosts: Sequence[str] = ()) -> tuple[BenchmarkVersion, str]:
+    """Snapshot Tasks for an owner (a Workspace, or public) as a published Version; a new one is labelled
+    ``label``, else ``name@N``."""
+    version = snapshot(source, wh.paths.benchmarks, name, folders=folders, allowed_hosts=allowed_hosts)
     with wh.write() as con:
-        row = con.execute("select label from benchmark_versions where id = ? and owner = ?",
-                          [version.id, owner]).fetchone()
-        if row:
-            return version, row[0]
-        number_row = con.execute("select coalesce(max(number), 0) + 1 from benchmark_versions "
-                                 "where name = ? and owner = ?", [version.name, owner]).fetchone()
-        assert number_row is not None
-        label = f"{version.name}@{number_row[0]}"
-        con.execute("insert into benchmark_versions (id, owner, name, number, label, source_path, n_tasks) "
-                    "values (?, ?, ?, ?, ?, ?, ?)",
-                    [version.id, owner, version.name, number_row[0], label, str(source.resolve()),
-                     len(version.tasks)])
-    return version, label
+        return version, _record(con, version, owner, label=label, origin=origin, source=str(source.resolve()),
+                                published=True)
+
+
+def stage(wh: Warehouse, source: Path, owner: str, name: str, handle: str, folders: Sequence[str],
+          allowed_hosts: Sequence[str] = ()) -> BenchmarkVersion:
+    """Snapshot an upload's Tasks as an unpublished Version of the Workspace, for its validation Job."""
+    version = snapshot(source, wh.paths.benchmarks, name, folders=folders, allowed_hosts=allowed_hosts)
+    with wh.write() as con:
+        _record(con, version, owner, label=handle, origin="upload", source=None, published=False)
+    return version
+
+
+def publish(con: duckdb.DuckDBPyConnection, version: BenchmarkVersion, owner: str) -> str:
+    """Publish a snapshot of a Workspace's validated Tasks: its label (the existing one for the same Tasks)."""
+    return _record(con, version, owner, label=None, origin="upload", source=None, published=True)
+
+
+def _record(con: duckdb.DuckDBPyConnection, version: BenchmarkVersion, owner: str, *, label: str | None,
+            origin: str, source: str | None, published: bool) -> str:
+    row = con.execute("select label, published from benchmark_versions where id = ? and owner = ?",
+                      [version.id, owner]).fetchone()
+    if row and (row[1] or not published):
+        return row[0]
+    number_row = con.execute("select coalesce(max(number), 0) + 1 from benchmark_versions "
+                             "where name = ? and owner = ? and published", [version.name, owner]).fetchone()
+    assert number_row is not None
+    number = number_row[0] if published else 0
+    label = label or f"{version.name}@{number}"
+    taken = con.execute("select 1 from benchmark_versions where owner = ? and label = ?", [owner, label]).fetchone()
+    if taken:
+        raise AmberError(f"Benchmark Version {label} already exists with other Tasks: a label names one set of "
+                         "Tasks for good, so give the new Tasks another version.")
+    hosts = json.dumps(list(version.allowed_hosts)) if version.allowed_hosts else None
+    if row:  # an upload's staged Tasks, now published
+        con.execute("update benchmark_versions set published = true, number = ?, label = ?, created_at = now() "
+                    "where id = ? and owner = ?", [number, label, version.id, owner])
+    else:
+        con.execute("insert into benchmark_versions (id, owner, name, number, label, source_path, n_tasks, "
+                    "published, origin, allowed_hosts) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [version.id, owner, version.name, number, label, source, len(version.tasks), published, origin,
+                     hosts])
+    return label
+
+
+_PUBLISHED = """select id, owner, name, label, n_tasks, coalesce(origin, 'folder'), created_at, allowed_hosts
+                from benchmark_versions where coalesce(published, true)"""
+_LISTED = f"{_PUBLISHED} and owner in (?, 'public')"
+
+
+def _listed(row: tuple) -> Listed:
+    id_, owner, name, label, n_tasks, origin, created_at, hosts = row
+    return Listed(id_, owner, name, label, n_tasks, origin, created_at, tuple(json.loads(hosts)) if hosts else ())
+
+
+def published(wh: Warehouse) -> list[Listed]:
+    """Every published Version of every owner, oldest first: Amber's own view (the Dagster asset's)."""
+    with wh.read() as con:
+        return [_listed(r) for r in con.execute(f"{_PUBLISHED} order by created_at").fetchall()]
+
+
+def visible(wh: Warehouse, workspace: str) -> list[Listed]:
+    """Every published Version the Workspace sees: public ones and its own, by name then number."""
+    with wh.read() as con:
+        rows = con.execute(f"{_LISTED} order by owner = 'public' desc, name, created_at", [workspace]).fetchall()
+    return [_listed(r) for r in rows]
+
+
+def lookup(wh: Warehouse, ref: str, workspace: str) -> Listed:
+    """A Version the Workspace sees, by label or by id (8 hex digits or more): its own first, then public."""
+    with wh.read() as con:
+        rows = con.execute(f"{_LISTED} and (label = ? or (? and starts_with(id, ?))) "
+                           "order by owner = ? desc, created_at", [workspace, ref, bool(ID_PREFIX.match(ref)), ref,
+                                                                   workspace]).fetchall()
+    if not rows:
+        raise AmberError(f"No Benchmark Version {ref} in Workspace {workspace}: list them with "
+                         "`amber benchmark list`, or give a folder path.")
+    return _listed(rows[0])
 
 
 def find(wh: Warehouse, label: str, workspace: str) -> tuple[BenchmarkVersion, str, str]:
     """(version, owner, label) of a label the Workspace sees: its own first, then public ones."""
-    with wh.read() as con:
-        row = con.execute("""select id, owner, name, label from benchmark_versions
-                             where label = ? and owner in (?, ?) order by owner = ? desc limit 1""",
-                          [label, workspace, PUBLIC, workspace]).fetchone()
-    if row is None:
-        raise AmberError(f"No Benchmark Version {label} in Workspace {workspace}: list them with "
-                         "`amber sql \"select label from benchmark_versions\"`, or give a folder path.")
-    version_id, owner, name, found = row
-    return open_snapshot(version_id, name, wh.paths.benchmarks), owner, found
+    found = lookup(wh, label, workspace)
+    return (open_snapshot(found.id, found.name, wh.paths.benchmarks, found.allowed_hosts), found.owner,
+            found.label)
 
 
 def version(wh: Warehouse, version_id: str, owner: str) -> BenchmarkVersion:
-    """A registered Benchmark Version, reopened from its stored copy."""
+    """A registered Benchmark Version (published or staged), reopened from its stored copy."""
     with wh.read() as con:
-        row = con.execute("select name from benchmark_versions where id = ? and owner = ?",
+        row = con.execute("select name, allowed_hosts from benchmark_versions where id = ? and owner = ?",
                           [version_id, owner]).fetchone()
     if row is None:
         raise AmberError(f"No Benchmark Version {version_id[:12]} owned by {owner}: submit its folder again.")
-    return open_snapshot(version_id, row[0], wh.paths.benchmarks)
+    return open_snapshot(version_id, row[0], wh.paths.benchmarks, tuple(json.loads(row[1])) if row[1] else ())

@@ -1,18 +1,34 @@
-"""Tasks: the Task folders of a Benchmark, read and checked against Harbor 0.25's task.toml schema."""
+"""Tasks: the Task folders of a Benchmark, read and checked against Harbor 0.25's task.toml schema.
+
+Tasks written by others load as Harbor loads them: task.toml is read as
+UTF-8 and handed to Harbor's own `TaskConfig` (which takes a legacy root
+`version`, the deprecated `allow_internet`, `memory = "2G"` and unknown
+`[metadata]` keys in its stride). A multi-step Task (`[[steps]]`) is refused
+in one sentence, as Amber runs one Instruction per Trial.
+"""
 
 from __future__ import annotations
 
+import copy
 import os
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from amber_pipeline.benchmarks.static import StaticChecks, static_checks
 from amber_pipeline.errors import AmberError
 
+if TYPE_CHECKING:
+    from harbor.models.task.config import TaskConfig
+
 TASK_FILE = "task.toml"
+# A Task's name is also a folder name (of its Trials, of its copy in a Benchmark Version): letters, digits, '.', '_'
+# and '-', starting with a letter or digit (so never '.', '..' or a hidden folder), at most 128 characters.
+TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -45,14 +61,19 @@ def find_task_dirs(path: Path) -> list[Path]:
     return dirs
 
 
-def load_task(task_dir: Path, base: Path) -> TaskSpec:
-    """Read one Task folder, checking task.toml against Harbor 0.25's schema."""
+def read_config(toml_path: Path) -> tuple[dict[str, Any], TaskConfig]:
+    """A task.toml's table and Harbor's reading of it, or one sentence naming the problem."""
     from harbor.models.task.config import TaskConfig  # deferred: harbor imports are slow
 
-    toml_path = task_dir / TASK_FILE
     try:
-        raw = tomllib.loads(toml_path.read_text())
-        config = TaskConfig.model_validate(raw)
+        text = toml_path.read_text(encoding="utf-8")  # as Harbor reads it, whatever the locale
+        if text.startswith("\ufeff"):  # tomllib, and so Harbor, refuses it
+            raise AmberError(f"{toml_path} starts with a byte-order mark, which TOML does not allow: save it as "
+                             "UTF-8 without one and submit again.")
+        raw = tomllib.loads(text)
+        config = TaskConfig.model_validate(copy.deepcopy(raw))  # its validators pop legacy keys from what they get
+    except UnicodeDecodeError:
+        raise AmberError(f"{toml_path} is not UTF-8 text: save it as UTF-8 and submit again.") from None
     except tomllib.TOMLDecodeError as e:
         raise AmberError(f"{toml_path} is not valid TOML ({e}): fix the file and submit again.") from None
     except ValidationError as e:
@@ -60,11 +81,27 @@ def load_task(task_dir: Path, base: Path) -> TaskSpec:
         where = ".".join(str(p) for p in first["loc"]) or "(root)"
         raise AmberError(f"{toml_path} breaks Harbor's task.toml schema at {where}: "
                          f"{first['msg']}; fix the file and submit again.") from None
-    name = config.task.name.split("/", 1)[1] if config.task else task_dir.name
+    return raw, config
+
+
+def task_name(task_dir: Path, config: TaskConfig) -> str:
+    """The Task's name: the part after the slash of `[task].name`, else its folder's name."""
+    return config.task.name.split("/", 1)[1] if config.task else task_dir.name
+
+
+def task_spec(task_dir: Path, base: Path, raw: dict[str, Any], config: TaskConfig) -> TaskSpec:
+    """A Task folder whose task.toml is read (`read_config`), as Amber runs it."""
+    name = task_name(task_dir, config)
+    if config.steps:
+        raise AmberError(f"Task {name} is a multi-step Task ([[steps]] in its task.toml), which Amber cannot run: "
+                         "give it one instruction.md and no [[steps]], or leave it out.")
     instruction_path = task_dir / "instruction.md"
     if not instruction_path.is_file():
         raise AmberError(f"Task {name} has no instruction.md: add one at {instruction_path}.")
-    instruction = instruction_path.read_text()
+    try:
+        instruction = instruction_path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise AmberError(f"{instruction_path} is not UTF-8 text: save it as UTF-8 and submit again.") from None
     folder, root = str(task_dir), str(base)  # plain strings: pathlib's relative_to is slow at 1,000 Tasks
     return TaskSpec(
         name=name,
@@ -76,3 +113,9 @@ def load_task(task_dir: Path, base: Path) -> TaskSpec:
         build_timeout_sec=config.environment.build_timeout_sec,
         docker_image=config.environment.docker_image,
     )
+
+
+def load_task(task_dir: Path, base: Path) -> TaskSpec:
+    """Read one Task folder, checking task.toml against Harbor 0.25's schema."""
+    raw, config = read_config(task_dir / TASK_FILE)
+    return task_spec(task_dir, base, raw, config)

@@ -7,6 +7,11 @@ owners or other modes), so a checkout on another machine, or a copy with other
 permissions, gives the same id. Amber copies the Tasks into a
 content-addressed folder so that later edits of the source folder never change
 a Benchmark Version that Rewards already belong to.
+
+A Benchmark Version uploaded with a network allowlist (hosts its Environments
+may reach) is another Version than the same Tasks without it, since what the
+Tasks may do differs: the hosts, sorted, are hashed in with the files. Without
+hosts the id is the files' hash alone, as it always was.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import os
 import shutil
 import stat
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +35,7 @@ class BenchmarkVersion:
     name: str
     tasks: tuple[TaskSpec, ...]
     root: Path  # the immutable copy
+    allowed_hosts: tuple[str, ...] = ()  # the network allowlist of its Environments, besides the model proxy
 
     def task_path(self, task: TaskSpec) -> Path:
         return self.root / task.folder
@@ -64,18 +71,31 @@ def _copy_file(source: str, target: str) -> None:
         os.chmod(target, 0o755)
 
 
-def snapshot(source: Path, store: Path, name: str | None = None) -> BenchmarkVersion:
-    """Load a Benchmark folder and copy it, once, into the content-addressed store."""
+def version_id_of(files_hash: str, allowed_hosts: Sequence[str] = ()) -> str:
+    """A Benchmark Version's id: its files' hash, with its network allowlist hashed in when it has one."""
+    if not allowed_hosts:
+        return files_hash
+    return hashlib.sha256(f"{files_hash}\0allow:{','.join(sorted(allowed_hosts))}".encode()).hexdigest()
+
+
+def snapshot(source: Path, store: Path, name: str | None = None, *, folders: Sequence[str] | None = None,
+             allowed_hosts: Sequence[str] = ()) -> BenchmarkVersion:
+    """Load a Benchmark folder and copy it, once, into the content-addressed store; ``folders`` (relative to
+    ``source``) picks the Task folders to take instead of every Task folder found."""
     source = source.resolve()
-    task_dirs = find_task_dirs(source)
-    base = source if task_dirs != [source] else source.parent
+    if folders is None:
+        task_dirs = find_task_dirs(source)
+        base = source if task_dirs != [source] else source.parent
+    else:
+        task_dirs, base = [source / f for f in sorted(folders)], source
     tasks = [load_task(d, base) for d in task_dirs]
     names = [t.name for t in tasks]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise AmberError(f"Task names must be unique in a Benchmark, but {', '.join(duplicates)} "
                          "appear more than once: rename the Task folders.")
-    version_id = content_hash(task_dirs, base)
+    hosts = tuple(sorted(set(allowed_hosts)))
+    version_id = version_id_of(content_hash(task_dirs, base), hosts)
     root = store / version_id
     if not root.exists():
         staging = store / f".{version_id}.{uuid.uuid4().hex}.tmp"
@@ -89,14 +109,15 @@ def snapshot(source: Path, store: Path, name: str | None = None) -> BenchmarkVer
                 raise
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    return BenchmarkVersion(id=version_id, name=name or source.name, tasks=tuple(tasks), root=root)
+    return BenchmarkVersion(id=version_id, name=name or source.name, tasks=tuple(tasks), root=root,
+                            allowed_hosts=hosts)
 
 
-def open_snapshot(version_id: str, name: str, store: Path) -> BenchmarkVersion:
+def open_snapshot(version_id: str, name: str, store: Path, allowed_hosts: Sequence[str] = ()) -> BenchmarkVersion:
     """Reopen a stored Benchmark Version by id (the copy is already checked)."""
     root = store / version_id
     if not root.is_dir():
         raise AmberError(f"The files of Benchmark Version {version_id[:12]} are missing from {store}: "
                          "submit its folder again to restore them.")
     tasks = tuple(load_task(d, root) for d in find_task_dirs(root))
-    return BenchmarkVersion(id=version_id, name=name, tasks=tasks, root=root)
+    return BenchmarkVersion(id=version_id, name=name, tasks=tasks, root=root, allowed_hosts=tuple(allowed_hosts))

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.text import Text
 from typer.core import TyperGroup
 
-from amber_pipeline.cli import agents, compare, instance, jobs, models, money, report, sql
+from amber_pipeline.cli import agents, benchmarks, compare, instance, jobs, models, money, report, sql
 from amber_pipeline.cli.context import Context
 from amber_pipeline.errors import AmberError
 
@@ -34,7 +34,7 @@ class _Group(TyperGroup):
 
 app = typer.Typer(cls=_Group, no_args_is_help=True, add_completion=False,
                   help="Amber: which AI model and agent to choose, with honest uncertainty.")
-for area in (jobs, models, agents, money, report, compare, sql, instance):
+for area in (jobs, benchmarks, models, agents, money, report, compare, sql, instance):
     app.add_typer(area.app)
 
 

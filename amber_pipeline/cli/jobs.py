@@ -41,7 +41,7 @@ def job_quote(ctx: typer.Context, benchmark: options.Benchmark, agent: options.A
     out.line(f"Start it within the hour with: amber job start {made.id}")
 
 
-def _require_docker(request: JobRequest | None) -> None:
+def require_docker(request: JobRequest | None) -> None:
     """Sandboxes need a Docker engine; a Job of static Tasks (the Direct Agent) runs without one."""
     if request is None or not agent_spec(request.agent).static or request.bounds:
         docker_engine.connect()
@@ -53,7 +53,7 @@ def job_start(ctx: typer.Context,
     """Start a quoted Job; the embedded daemon starts its cell runs within seconds."""
     acting = Context.of(ctx).acting()
     made = quotes.get(acting.wh, acting.workspace, quote_id)  # an unknown Quote is the first thing to say
-    _require_docker(records.get_job(acting.wh, made.job_id, acting.workspace).request)
+    require_docker(records.get_job(acting.wh, made.job_id, acting.workspace).request)
     job = lifecycle.start(acting.wh, acting.workspace, quote_id)
     launch(acting.wh, job.id)
     out.line(f"Started {job.id} over {job.benchmark_label}.")
@@ -69,7 +69,7 @@ def job_submit(ctx: typer.Context, benchmark: options.Benchmark, agent: options.
     acting = Context.of(ctx).acting()
     request = options.job_request(benchmark, agent, model, trials, bounds, public, ceiling)
     request.check(acting.wh.paths, acting.workspace)  # a request that cannot run is the first thing to say
-    _require_docker(request)
+    require_docker(request)
     made, job = lifecycle.submit(acting.wh, acting.workspace, acting.actor.user, request)
     launch(acting.wh, job.id)
     print_quote(made)
@@ -179,17 +179,7 @@ def print_quote(made: Quote) -> None:
 
 def follow(acting: Acting, job_id: str) -> None:
     """A progress bar over the Job's Trials until it has ended and no cell still runs; then its results."""
-    wh = acting.wh
-    total = sum(c.n_trials for c in records.cells_of(wh, records.get_job(wh, job_id, acting.workspace).id))
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=out.console, transient=False) as progress:
-        bar = progress.add_task(f"{job_id} Trials", total=total)
-        while True:
-            job = records.get_job(wh, job_id, acting.workspace)
-            progress.update(bar, completed=records.trials_finished(wh, job_id))
-            if job.ended and not any(c.status == "running" for c in records.cells_of(wh, job_id)):
-                break
-            time.sleep(1)
+    job = watch(acting, job_id)
     if job.status != "completed":
         out.line(f"{job_id} ended {job.status}" + (f": {job.message}" if job.message else "."))
     try:
@@ -200,6 +190,21 @@ def follow(acting: Acting, job_id: str) -> None:
             out.line(line)
         return
     _print_cells(found)
+
+
+def watch(acting: Acting, job_id: str) -> records.Job:
+    """A progress bar over the Job's Trials until it has ended and no cell still runs; the ended Job."""
+    wh = acting.wh
+    total = sum(c.n_trials for c in records.cells_of(wh, records.get_job(wh, job_id, acting.workspace).id))
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=out.console, transient=False) as progress:
+        bar = progress.add_task(f"{job_id} Trials", total=total)
+        while True:
+            job = records.get_job(wh, job_id, acting.workspace)
+            progress.update(bar, completed=records.trials_finished(wh, job_id))
+            if job.ended and not any(c.status == "running" for c in records.cells_of(wh, job_id)):
+                return job
+            time.sleep(1)
 
 
 def launch(wh: Warehouse, job_id: str) -> None:

@@ -102,33 +102,46 @@ class Estimate:
         return sum((c.estimated for c in self.quoted), Decimal(0))
 
 
+@dataclass(frozen=True)
+class Validation:
+    """A validation Job's Benchmark: an upload's staged Tasks, which no label finds yet."""
+
+    version: BenchmarkVersion
+    label: str  # how the Job names it, e.g. "validation of upl-1234567890"
+
+
 def estimate(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now: datetime | None = None,
-             prices: Prices = PRICES) -> Estimate:
-    """Check a request and price each of its cells, reserving nothing (a refused request raises)."""
+             prices: Prices = PRICES, validation: Validation | None = None) -> Estimate:
+    """Check a request and price each of its cells, reserving nothing (a refused request raises). A
+    validation Job's Trials are priced at their Tasks' time limits."""
     mcs = request.check(wh.paths, workspace)
     expire_due(wh, now or datetime.now(UTC))
-    version, owner, label = resolve_benchmark(wh, request, workspace, user)
+    if validation is not None:
+        version, owner, label = validation.version, workspace, validation.label
+    else:
+        version, owner, label = resolve_benchmark(wh, request, workspace, user)
     _check_fit(wh, workspace, request, version, mcs, private=owner != registry.PUBLIC)
     cells = request.cells(version, mcs)
     tasks = quotes.task_facts(version)
     return Estimate(version.id, owner, label, cells,
-                    [quotes.estimate_cell(wh, workspace, c, tasks, request.trials_per_task, prices) for c in cells],
+                    [quotes.estimate_cell(wh, workspace, c, tasks, request.trials_per_task, prices,
+                                          at_limits=validation is not None) for c in cells],
                     len(version.tasks))
 
 
 def quote(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now: datetime | None = None,
-          prices: Prices = PRICES) -> Quote:
+          prices: Prices = PRICES, validation: Validation | None = None) -> Quote:
     """Record a quoted Job and reserve its Quote at once; it waits for `start`."""
     now = now or datetime.now(UTC)
-    priced = estimate(wh, workspace, user, request, now=now, prices=prices)
+    priced = estimate(wh, workspace, user, request, now=now, prices=prices, validation=validation)
     job_id = f"job-{uuid.uuid4().hex[:10]}"
     with wh.write() as con:
         made = quotes.reserve(con, workspace, job_id, priced.label, priced.quoted, now, request.ceiling_usd)
         con.execute("insert into jobs (id, workspace, submitted_by, benchmark_version_id, benchmark_owner, "
-                    "trials_per_task, status, quote_id, created_at, request) "
-                    "values (?, ?, ?, ?, ?, ?, 'quoted', ?, ?, ?)",
+                    "trials_per_task, status, quote_id, created_at, request, purpose) "
+                    "values (?, ?, ?, ?, ?, ?, 'quoted', ?, ?, ?, ?)",
                     [job_id, workspace, user, priced.benchmark_version_id, priced.owner, request.trials_per_task,
-                     made.id, now, request.model_dump_json()])
+                     made.id, now, request.model_dump_json(), "validation" if validation else None])
         con.executemany(
             "insert into job_cells (job_id, cell_key, agent, model_configuration, n_trials, status) "
             "values (?, ?, ?, ?, ?, 'pending')",
@@ -187,9 +200,9 @@ def start(wh: Warehouse, workspace: str, quote_or_job_id: str, now: datetime | N
 
 
 def submit(wh: Warehouse, workspace: str, user: str, request: JobRequest, *,
-           now: datetime | None = None) -> tuple[Quote, Job]:
+           now: datetime | None = None, validation: Validation | None = None) -> tuple[Quote, Job]:
     """Quote a Job and start it at once: what `amber job submit` and the UI's submit_job do."""
-    made = quote(wh, workspace, user, request, now=now)
+    made = quote(wh, workspace, user, request, now=now, validation=validation)
     return made, start(wh, workspace, made.id, now=now)
 
 
@@ -229,8 +242,11 @@ def open_cell_run(wh: Warehouse, job_id: str, cell_key: str, prices: Prices = PR
     share = next((Decimal(c.total) for c in quotes.get(wh, job.workspace, job_id).cells if c.cell_key == cell_key),
                  None) if job.quote_id else None
     policy = workspaces.provider_policy(wh, job.workspace) if job.private else None
+    limits = ({f.name: quotes.validation_stop_seconds(f) for f in quotes.task_facts(version)}
+              if job.purpose == "validation" else None)
     return CellRun(job_id, cell, version, job.trials_per_task, run_dir(wh, job_id, cell), job.workspace,
-                   private=job.private, prices=prices, budget=share, allowed_providers=policy, paths=wh.paths)
+                   private=job.private, prices=prices, budget=share, allowed_providers=policy, paths=wh.paths,
+                   time_limits=limits)
 
 
 def is_running(wh: Warehouse, job_id: str) -> bool:

@@ -28,6 +28,10 @@ Readings of the rows the rules leave open:
   or a reached ceiling (the proxy's `ceiling_reached` signal) must never be
   retried. Otherwise any signal wins: a Trial whose calls hit a 429, a 5xx, a
   timeout, a dropped stream or another Provider is Errored, never Reward 0.
+- A Trial stopped at its wall-clock limit (`TrialTimeLimitError`: validation
+  Trials stop at 1.5 times the sandbox time their Quote expected) is the Task's:
+  Reward 0 on a private Benchmark, and never retried, since it would run as long
+  again.
 - An unknown exception type is taken as the platform's: Errored, retried.
 """
 
@@ -93,6 +97,7 @@ _GROUPS: dict[Rule, tuple[str, ...]] = {
     Rule("verifier", E, S, retry=True): (
         "VerifierTimeoutError", "RewardFileNotFoundError", "RewardFileEmptyError", "VerifierOutputParseError",
         "NoVerifierResult", "InvalidReward"),
+    Rule("trial_limit", E, S, retry=False): ("TrialTimeLimitError",),
     Rule("cancelled", C, C, retry=False): ("CancelledError", ProviderSignal.CEILING.value),
 }
 RULES: dict[str, Rule] = {name: rule for rule, names in _GROUPS.items() for name in names}

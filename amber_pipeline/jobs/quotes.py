@@ -66,6 +66,13 @@ HEADROOM = Decimal("1.4")
 # 600 s): a Task image that installs a few packages on a cached base builds in about a minute or two.
 BUILD_PRIOR_SEC = 120.0
 DOCKER_ASK_TIMEOUT_SEC = 5
+# Validation runs Tasks nothing has run yet, so its Quote expects each Trial to use its Task's own time limits:
+# the agent timeout (the oracle runs the solution under it; Harbor's None means unlimited, taken here as Harbor's
+# usual 600 s) and the Verifier timeout (Harbor's default 600 s). The Trial is stopped at 1.5 times that, plus an
+# image build when the image is not built yet; the unspent rest of the reservation is refunded as always.
+VALIDATION_AGENT_SEC = 600.0
+VALIDATION_VERIFIER_SEC = 600.0
+VALIDATION_STOP = 1.5
 
 
 @dataclass(frozen=True)
@@ -235,6 +242,19 @@ def _history(wh: Warehouse, workspace: str, cell_key: str) -> dict[str, Used]:
     return {task: Used(n, Usage(int(i), int(c), int(o)), float(sec)) for task, n, i, c, o, sec in rows}
 
 
+def limit_seconds(facts: TaskFacts) -> float:
+    """The sandbox time a validation Quote expects of one Trial of the Task: its own time limits."""
+    agent = facts.agent_timeout_sec if facts.agent_timeout_sec is not None else VALIDATION_AGENT_SEC
+    verifier = facts.verifier_timeout_sec if facts.verifier_timeout_sec is not None else VALIDATION_VERIFIER_SEC
+    return agent + verifier
+
+
+def validation_stop_seconds(facts: TaskFacts) -> float:
+    """When a validation Trial of the Task is stopped: 1.5 times what its Quote expected, build included."""
+    build = 0.0 if facts.image_built else min(BUILD_PRIOR_SEC, facts.build_timeout_sec)
+    return VALIDATION_STOP * (limit_seconds(facts) + build)
+
+
 def _prior_cost(prior: Prior, facts: TaskFacts, mc: ModelConfiguration | None, prices: Prices) -> Decimal:
     """One Trial of the Task on the prior: scaled down to the Task's agent timeout, sandbox time bounded by its
     timeouts, cached input at the cached price."""
@@ -257,7 +277,7 @@ def estimate_tasks(wh: Warehouse, workspace: str, cell: Cell, tasks: Sequence[Ta
 
 
 def _estimates(wh: Warehouse, workspace: str, cell: Cell, tasks: Sequence[TaskFacts], history: dict[str, Used],
-               prices: Prices) -> list[TaskEstimate]:
+               prices: Prices, at_limits: bool = False) -> list[TaskEstimate]:
     of_cell = sum(history.values(), Used())
     prior, _ = prior_of(cell)
     sandboxed = not agent_spec(cell.agent).static
@@ -265,14 +285,18 @@ def _estimates(wh: Warehouse, workspace: str, cell: Cell, tasks: Sequence[TaskFa
           if cell.model_configuration != NO_MODEL else None)
     estimates = []
     for facts in tasks:
+        build = (prices.sandbox_cost(min(BUILD_PRIOR_SEC, facts.build_timeout_sec))
+                 if not (facts.image_built or facts.static) else Decimal(0))
+        if at_limits:  # a ceiling already: no headroom on top
+            estimates.append(TaskEstimate(facts.name, usd(prices.sandbox_cost(limit_seconds(facts))), usd(build),
+                                          "limits"))
+            continue
         if facts.name in history:
             mean, basis = history[facts.name].mean_cost(mc, prices, sandboxed and not facts.static), "task"
         elif of_cell.trials:
             mean, basis = of_cell.mean_cost(mc, prices, sandboxed and not facts.static), "cell"
         else:
             mean, basis = _prior_cost(prior, facts, mc, prices), "prior"
-        build = (prices.sandbox_cost(min(BUILD_PRIOR_SEC, facts.build_timeout_sec))
-                 if not (facts.image_built or facts.static) else Decimal(0))
         estimates.append(TaskEstimate(facts.name, usd(mean * HEADROOM), usd(build * HEADROOM), basis))
     return estimates
 
@@ -291,8 +315,11 @@ def _describe(prior: Prior, name: str) -> str:
 
 def _basis(cell: Cell, estimates: Sequence[TaskEstimate], measured: int, bounded: bool) -> str:
     """Which estimates the cell used, in one phrase."""
-    count = {b: sum(e.basis == b for e in estimates) for b in ("task", "cell", "prior")}
+    count = {b: sum(e.basis == b for e in estimates) for b in ("task", "cell", "prior", "limits")}
     parts = []
+    if count["limits"]:
+        parts.append("each Trial at its Task's time limits (agent and Verifier timeouts): nothing ran these "
+                     "Tasks yet")
     if count["task"]:
         parts.append(f"history of this cell: {count['task']} Tasks measured")
     if count["cell"]:
@@ -307,11 +334,12 @@ def _basis(cell: Cell, estimates: Sequence[TaskEstimate], measured: int, bounded
 
 
 def estimate_cell(wh: Warehouse, workspace: str, cell: Cell, tasks: int | Sequence[TaskFacts], trials_per_task: int,
-                  prices: Prices = PRICES) -> CellQuote:
-    """The cell's estimate over its Tasks (`task_facts`), or over ``tasks`` Tasks nothing is known of."""
+                  prices: Prices = PRICES, *, at_limits: bool = False) -> CellQuote:
+    """The cell's estimate over its Tasks (`task_facts`), or over ``tasks`` Tasks nothing is known of;
+    ``at_limits``: each Trial at its Task's time limits (validation)."""
     facts = [TaskFacts("")] * tasks if isinstance(tasks, int) else list(tasks)
     history = _history(wh, workspace, cell.key)
-    estimates = _estimates(wh, workspace, cell, facts, history, prices)
+    estimates = _estimates(wh, workspace, cell, facts, history, prices, at_limits)
     total = sum((e.cost(trials_per_task) for e in estimates), Decimal(0))
     n_trials = len(facts) * trials_per_task
     per_trial = usd(total / n_trials) if n_trials else Decimal(0)

@@ -39,6 +39,7 @@ class Job:
     finished_at: datetime | None
     message: str | None
     request: JobRequest | None  # None for Jobs recorded before requests were kept
+    purpose: str | None = None  # "validation" for an upload's validation Job
 
     @property
     def private(self) -> bool:
@@ -82,16 +83,17 @@ class CellLaunch:
 
 
 _JOB_SELECT = """select j.id, j.seq, j.workspace, j.benchmark_version_id, j.benchmark_owner, b.label,
-                        j.trials_per_task, j.status, j.quote_id, j.created_at, j.finished_at, j.message, j.request
+                        j.trials_per_task, j.status, j.quote_id, j.created_at, j.finished_at, j.message, j.request,
+                        j.purpose
                  from jobs j join benchmark_versions b
                    on b.id = j.benchmark_version_id and b.owner = j.benchmark_owner"""
 
 
 def _job(row: tuple) -> Job:
     (id_, seq, workspace, version_id, owner, label, trials, status, quote_id, created_at, finished_at, message,
-     request) = row
+     request, purpose) = row
     return Job(id_, seq, workspace, version_id, owner, label, trials, status, quote_id, created_at, finished_at,
-               message, JobRequest.model_validate_json(request) if request else None)
+               message, JobRequest.model_validate_json(request) if request else None, purpose)
 
 
 def get_job(wh: Warehouse, job_id: str, workspace: str | None) -> Job:

@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import hashlib
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -46,6 +46,7 @@ from amber_pipeline.models.wire import Usage
 from amber_pipeline.money.prices import PRICES, Prices
 from amber_pipeline.paths import AmberPaths
 from amber_pipeline.sandbox import agent_image, docker_engine
+from amber_pipeline.sandbox.egress import EgressProxy
 from amber_pipeline.sandbox.network import SandboxNetwork
 from amber_pipeline.warehouse.schemas import TrialRecord, trial_key
 
@@ -66,6 +67,7 @@ class CellRun:
     budget: Decimal | None = None  # the cell's share of the Quote: model calls past it are refused
     allowed_providers: frozenset[str] | None = None  # a private Benchmark's Provider policy
     paths: AmberPaths | None = None  # where the Workspace's own Model Configurations live
+    time_limits: Mapping[str, float] | None = None  # per Task, seconds a Trial may run before it is stopped
 
     def trial_record(self, task: TaskSpec, attempt: int, retry: int, outcome: outcomes.Outcome, *,
                      agent_version: str, model_configuration: str, usage: Usage, model_calls: int, cost: Decimal,
@@ -86,6 +88,10 @@ class CellRun:
             image_id=image_id, trial_dir=trial_dir, cached_input_tokens=usage.cached_input_tokens,
             model_calls=model_calls, agent_input_tokens=reported[0], agent_output_tokens=reported[1],
             agent_cost_usd=reported[2])
+
+
+class TrialTimeLimitError(Exception):
+    """A Trial ran past the wall-clock limit its cell run gave it, and was stopped."""
 
 
 def trial_name(task: TaskSpec, attempt: int) -> str:
@@ -114,18 +120,26 @@ def run_cell(run: CellRun, *, concurrency: int = DEFAULT_CONCURRENCY,
     with contextlib.ExitStack() as stack:
         sandboxes = Sandboxes()
         hosts = ["127.0.0.1"]
-        if agent.software is not None:  # it runs in the sandbox: its software in the image, the proxy on its network
-            sandboxes.software = agent_image.software_image(client, agent.name, agent.software)
+        net = None
+        # An Agent that runs in the sandbox reaches the model proxy, and Tasks with a network allowlist reach
+        # their hosts through the egress proxy, on the sandbox network's gateway; without either, no network.
+        if agent.software is not None or run.benchmark.allowed_hosts:
             net = stack.enter_context(SandboxNetwork.create(_network_name(run), client=client))
             sandboxes.network, sandboxes.gateway = net.name, net.gateway
+        if net is not None and agent.software is not None:
+            sandboxes.software = agent_image.software_image(client, agent.name, agent.software)
             hosts.append(net.gateway)
+        if net is not None and run.benchmark.allowed_hosts:
+            egress = stack.enter_context(EgressProxy(run.benchmark.allowed_hosts, host=net.gateway))
+            net.allow_host_port(egress.port)
+            sandboxes.egress_proxy = egress.url
         models = None
         if mc is not None:
             models = stack.enter_context(cell_models(mc, {t.name: t.instruction for t in run.benchmark.tasks},
                                                      Budget(run.budget, run.prices, mc), run.allowed_providers,
                                                      hosts))
-            if sandboxes.gateway is not None:
-                net.allow_host_port(models.proxy.port(sandboxes.gateway))
+            if net is not None and agent.software is not None:
+                net.allow_host_port(models.proxy.port(net.gateway))
         runner = _CellRunner(run, agent, models, sandboxes, on_trial_done, keep_going or (lambda: True))
         records = asyncio.run(runner.run_all(concurrency))
         return CellOutput(records, models.calls if models else [])
@@ -133,14 +147,17 @@ def run_cell(run: CellRun, *, concurrency: int = DEFAULT_CONCURRENCY,
 
 @dataclass
 class Sandboxes:
-    """What a cell run's sandboxes are given: an installed Agent's software image and the network to the proxy."""
+    """What a cell run's sandboxes are given: an installed Agent's software image, the network to the model
+    proxy, and the egress proxy to the network allowlist."""
 
     software: str | None = None
     network: str | None = None
     gateway: str | None = None
+    egress_proxy: str | None = None  # the URL of the egress proxy to the Benchmark Version's allowlisted hosts
 
     def kwargs(self) -> dict[str, str]:
-        kwargs = {"amber_network": self.network, "amber_agent_software": self.software}
+        kwargs = {"amber_network": self.network, "amber_agent_software": self.software,
+                  "amber_egress_proxy": self.egress_proxy}
         return {k: v for k, v in kwargs.items() if v is not None}
 
 
@@ -156,6 +173,11 @@ class _CellRunner:
     sandboxes: Sandboxes
     on_trial_done: Callable[[TrialRecord], None] | None
     keep_going: Callable[[], bool]
+
+    @property
+    def _proxy_host(self) -> str | None:
+        """Where the Agent reaches the model proxy: the sandbox network's gateway from inside a sandbox."""
+        return self.sandboxes.gateway if self.agent.software is not None else None
 
     def _going(self) -> bool:
         return not (self.models is not None and self.models.ceiling_reached) and self.keep_going()
@@ -208,7 +230,7 @@ class _CellRunner:
         if models is not None:
             grant = models.open(key)
             harbor = harbor_agent(self.agent, litellm_prefix=models.mc.provider_spec.litellm_prefix,
-                                  model=models.mc.model, proxy=models.proxy.base_url(self.sandboxes.gateway),
+                                  model=models.mc.model, proxy=models.proxy.base_url(self._proxy_host),
                                   token=grant.token)
         else:
             harbor = harbor_agent(self.agent)
@@ -226,7 +248,13 @@ class _CellRunner:
         image_id = None
         try:
             trial = await Trial.create(config)
-            result = await trial.run()
+            limit = run.time_limits.get(task.name) if run.time_limits else None
+            try:
+                result = await asyncio.wait_for(trial.run(), limit)
+            except TimeoutError as e:
+                if limit is None or type(e) is not TimeoutError:  # Harbor's own timeouts are its subclasses
+                    raise
+                raise TrialTimeLimitError(f"stopped after {limit:.0f} s, its time limit") from None
             image_id = getattr(trial.agent_environment, "image_id", None)
             outcome = outcomes.from_harbor(result, private=run.private, provider_signals=CellModels.signals(grant))
             if result.agent_result is not None:

@@ -173,7 +173,7 @@ def _build(client: docker.DockerClient, tag: str, files: dict[str, bytes], what:
         except ImageNotFound:
             pass
         if "ca.crt" in files:
-            files = {**files, "ca.crt": _host_ca_bundle()}
+            files = {**files, "ca.crt": host_ca_bundle()}
         try:
             image, _ = client.images.build(fileobj=io.BytesIO(_tar(files)), custom_context=True, tag=tag, rm=True,
                                            forcerm=True, pull=False, nocache=fresh,
@@ -189,7 +189,7 @@ def _build(client: docker.DockerClient, tag: str, files: dict[str, bytes], what:
         return image.id
 
 
-def _host_ca_bundle() -> bytes:
+def host_ca_bundle() -> bytes:
     """The host's trusted CA certificates (a TLS-intercepting proxy's among them), or nothing."""
     for candidate in (os.environ.get("SSL_CERT_FILE"), "/etc/ssl/certs/ca-certificates.crt",
                       "/etc/pki/tls/certs/ca-bundle.crt"):

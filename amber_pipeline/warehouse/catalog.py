@@ -37,6 +37,14 @@ create table if not exists benchmark_versions (
     id varchar not null, owner varchar not null, name varchar not null, number integer not null,
     label varchar not null, source_path varchar, n_tasks integer not null,
     created_at timestamptz not null default now(), primary key (id, owner), unique (owner, label));
+alter table benchmark_versions add column if not exists published boolean default true;
+alter table benchmark_versions add column if not exists origin varchar default 'folder';
+alter table benchmark_versions add column if not exists allowed_hosts json;
+create table if not exists uploads (
+    id varchar primary key, workspace varchar not null, name varchar not null, uploaded_by varchar not null,
+    archive varchar not null, created_at timestamptz not null, allowed_hosts json not null, checks json not null,
+    status varchar not null, benchmark_version_id varchar, validation_job_id varchar,
+    published_version_id varchar, validated_at timestamptz, deleted_at timestamptz);
 create sequence if not exists job_seq start 1;
 create sequence if not exists start_seq start 1;
 create table if not exists jobs (
@@ -46,6 +54,7 @@ create table if not exists jobs (
     created_at timestamptz not null default now(), started_at timestamptz, finished_at timestamptz,
     message varchar, request json);
 alter table jobs add column if not exists request json;
+alter table jobs add column if not exists purpose varchar;
 alter table workspaces add column if not exists provider_policy json;
 create table if not exists job_cells (
     job_id varchar not null, cell_key varchar not null, agent varchar not null,

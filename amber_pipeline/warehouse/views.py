@@ -28,7 +28,7 @@ def create_views(con: duckdb.DuckDBPyConnection, paths: AmberPaths, workspace: s
 
     ws = of("workspace")
     scoped = {
-        "workspaces": of("name"), "members": ws, "jobs": ws, "quotes": ws, "ledger": ws,
+        "workspaces": of("name"), "members": ws, "jobs": ws, "quotes": ws, "ledger": ws, "uploads": ws,
         "job_cells": f"job_id in (select id from catalog.main.jobs where {ws})",
         "benchmark_versions": f"(owner = 'public' or {of('owner')})",
     }

@@ -1,0 +1,258 @@
+"""`amber benchmark ...`: upload, validate and publish private Benchmarks; list and show what a Workspace sees."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from amber_pipeline.analysis import task_review
+from amber_pipeline.benchmarks import adapters, external, lint, registry, uploads
+from amber_pipeline.cli import options
+from amber_pipeline.cli.context import Acting, Context
+from amber_pipeline.cli.jobs import launch, print_quote, require_docker, watch
+from amber_pipeline.cli.output import out
+from amber_pipeline.errors import AmberError
+from amber_pipeline.jobs import validation
+from amber_pipeline.money import workspaces
+from amber_pipeline.money.prices import show
+
+app = typer.Typer()
+benchmark_app = typer.Typer(no_args_is_help=True, help="Upload, validate and publish Benchmarks; list and show "
+                                                       "the ones your Workspace sees.")
+app.add_typer(benchmark_app, name="benchmark")
+
+UploadId = Annotated[str, typer.Argument(help="An upload's id (upl-...), from `amber benchmark upload`.")]
+ORIGINS = {"folder": "not validated (registered from a folder)", "upload": "validated (oracle 1, nop 0)",
+           "registry": "pinned (Harbor registry)", "adapter": "built-in Verifier (static adapter)"}
+
+
+@benchmark_app.command("upload")
+def upload(ctx: typer.Context,
+           file: Annotated[Path, typer.Argument(help="A .tar.gz, .tar or .zip of one Task folder or a folder of "
+                                                     "Task folders (at most 100 MB, 1 GB and 50,000 files unpacked, "
+                                                     "1,000 Tasks).")],
+           name: Annotated[str, typer.Option("--name", help="The Benchmark's name; its Versions are NAME@N.")],
+           allow_host: Annotated[list[str] | None, typer.Option(
+               "--allow-host", help="A host the Tasks' Environments may reach (the network allowlist); repeat for "
+                                    "several. Without any, they reach only the model proxy.")] = None) -> None:
+    """Check an archive of Tasks into your Workspace: each Task's format and limits, then its validation Quote."""
+    acting = Context.of(ctx).acting()
+    made = uploads.create(acting.wh, acting.workspace, acting.actor.user, file, name, allow_host or [])
+    _print_checks(made)
+    if not made.passed:
+        out.line("No Task passed its checks: fix them and upload again.")
+        return
+    priced = validation.estimate(acting.wh, acting.workspace, acting.actor.user, made)
+    if priced is None:
+        out.line(f"Its {len(made.passed)} static Tasks are validated on this machine at no cost: "
+                 f"amber benchmark validate {made.id}")
+        return
+    out.line(f"Validating its {len(made.passed)} Tasks runs one oracle and one nop Trial each, charged for sandbox "
+             f"time: at most {show(priced.total)}, each Trial at its Task's time limits and stopped at 1.5 times "
+             "that; what it does not spend is refunded.")
+    out.line(f"Accept the Quote and validate: amber benchmark validate {made.id}")
+
+
+@benchmark_app.command("validate")
+def validate(ctx: typer.Context, upload_id: UploadId,
+             wait: Annotated[bool, typer.Option("--wait", help="Follow the validation Job, then print each Task's "
+                                                              "verdict.")] = False) -> None:
+    """Accept an upload's validation Quote and run it: one oracle and one nop Trial per Task."""
+    acting = Context.of(ctx).acting()
+    if not _static(acting, upload_id):
+        require_docker(None)
+    started = validation.start(acting.wh, acting.workspace, acting.actor.user, upload_id)
+    if started is None:
+        _print_validation(acting, upload_id)
+        return
+    made, job = started
+    launch(acting.wh, job.id)
+    print_quote(made)
+    out.line(f"Started {job.id}, the validation of {upload_id}. Its runs show in the Dagster UI under the tag "
+             f"amber/job={job.id}.")
+    if wait:
+        watch(acting, job.id)
+        _print_validation(acting, upload_id)
+
+
+def _static(acting: Acting, upload_id: str) -> bool:
+    found = uploads.get(acting.wh, acting.workspace, upload_id)
+    return bool(found.passed) and all(c.static for c in found.passed)
+
+
+@benchmark_app.command("publish")
+def publish(ctx: typer.Context, upload_id: UploadId,
+            exclude: Annotated[list[str] | None, typer.Option(
+                "--exclude", help="A Task to leave out although it passed; repeat for several.")] = None) -> None:
+    """Make a private Benchmark Version of an upload's Tasks that passed validation."""
+    acting = Context.of(ctx).acting()
+    version, label, left_out = validation.publish(acting.wh, acting.workspace, upload_id, exclude or [])
+    out.line(f"Published {label} ({version.id[:12]}): {len(version.tasks)} Tasks, private to Workspace "
+             f"{acting.workspace}. Run it with: amber job submit {label}")
+    if left_out:
+        out.table(["Task", "left out because"],
+                  ([r.name, "excluded" if r.passed else r.reason] for r in left_out))
+
+
+@benchmark_app.command("lint", help="Rules that catch unfair Tasks before anyone pays: " + " ".join(
+    f"{rule}: {what}" for rule, what in lint.RULES.items()) + " Exits 1 when a rule finds an error.")
+def lint_(ctx: typer.Context,
+          path: Annotated[Path, typer.Argument(help="A Task folder or a folder of Task folders.")],
+          review_model: Annotated[str | None, typer.Option(
+              "--review-model", help="Also have this Model Configuration grade each Task against Amber's rubric, "
+                                     "through the model proxy: " + task_review.RUBRIC.replace("\n", " "))] = None,
+          strict: Annotated[bool, typer.Option("--strict", help="Exit 1 on warnings too.")] = False,
+          as_json: options.Json = False) -> None:
+    findings = lint.lint(path)
+    reviews: list[task_review.Review] = []
+    if review_model is not None:
+        acting = Context.of(ctx).acting()
+        reviews = task_review.review(path, review_model, acting.wh.paths, acting.workspace,
+                                     allowed_providers=workspaces.provider_policy(acting.wh, acting.workspace))
+    if as_json:
+        out.json({"findings": [f.__dict__ for f in findings], "reviews": [r.__dict__ for r in reviews]})
+    else:
+        if findings:
+            out.table(["Task", "rule", "severity", "finding"], ([f.task, f.rule, f.severity, f.message]
+                                                                for f in findings))
+        else:
+            out.line("No rule found an unfair Task.")
+        if reviews:
+            out.table(["Task", "verdict", "reason", "cost"],
+                      ([r.task, r.verdict, r.reason, show(r.cost_usd)] for r in reviews),
+                      title=f"Review by {review_model}")
+            total = task_review.totals(reviews)
+            out.line(f"{total.tasks} Tasks reviewed: {total.input_tokens:,} input and {total.output_tokens:,} output "
+                     f"tokens, {show(total.cost_usd)} as the model proxy metered (not charged to the Wallet).")
+    if any(f.severity == "error" or strict for f in findings):
+        raise typer.Exit(1)
+
+
+@benchmark_app.command("import")
+def import_(ctx: typer.Context,
+            source: Annotated[str, typer.Argument(help="A Harbor registry JSON: a file, or an http(s) URL.")],
+            dataset: Annotated[str, typer.Argument(help="The dataset, name@version (or name: the version Harbor "
+                                                        "would pick).")]) -> None:
+    """Make a public Benchmark Version of a Harbor registry dataset, its Tasks fetched at their pinned commits
+    (Amber staff only)."""
+    acting = Context.of(ctx).acting()
+    require_staff(acting)
+    version, label = external.import_dataset(acting.wh, source, dataset)
+    out.line(f"Public {label} ({version.id[:12]}): {len(version.tasks)} Tasks. Run it with: amber job submit {label}")
+
+
+@benchmark_app.command("adapt")
+def adapt(ctx: typer.Context,
+          kind: Annotated[str, typer.Argument(help="The dataset's kind. " + " ".join(
+              f"{a.kind}: {a.description}" for a in adapters.ADAPTERS.values() if a.items is not None))],
+          file: Annotated[Path, typer.Argument(help="The dataset file you have, in its published format (JSONL, "
+                                                    "JSON or Parquet, gzipped or not).")],
+          name: Annotated[str, typer.Option("--name", help="The Benchmark's name; its Versions are NAME@N.")],
+          shards: Annotated[Path | None, typer.Option(
+              "--shards", help="A shards file: make the sharded multi-turn variant of KIND (gsm8k or humaneval), "
+                               "NAME-sharded, and its one-turn control NAME-concat, with the same Task names.")] = None,
+          limit: Annotated[int | None, typer.Option("--limit", help="Only the first N items.")] = None,
+          public: options.Public = False) -> None:
+    """Make a Benchmark of static Tasks (the Direct Agent's) from a published dataset's file."""
+    acting = Context.of(ctx).acting()
+    if public:
+        require_staff(acting)
+    owner = registry.PUBLIC if public else acting.workspace
+    for version, label, adapted in external.adapt_dataset(acting.wh, owner, kind, file, name, limit=limit,
+                                                          shards=shards):
+        out.line(f"{'Public' if public else 'Private'} {label} ({version.id[:12]}): {len(version.tasks)} static "
+                 f"Tasks. Run it with: amber job submit {label} --agent direct --model MODEL")
+        for sentence in adapted.refused:
+            out.line(f"Left out: {sentence}")
+
+
+def require_staff(acting: Acting) -> None:
+    with acting.wh.read() as con:
+        if not workspaces.is_staff(con, acting.actor.user):
+            raise AmberError("Only Amber staff can make a public Benchmark Version: make a private one with "
+                             "`amber benchmark upload`.")
+
+
+@benchmark_app.command("list")
+def list_(ctx: typer.Context, as_json: options.Json = False) -> None:
+    """Public Benchmark Versions and your Workspace's private ones, then your uploads not yet published."""
+    acting = Context.of(ctx).acting()
+    listed = registry.visible(acting.wh, acting.workspace)
+    pending = uploads.of_workspace(acting.wh, acting.workspace)
+    if as_json:
+        out.json({"versions": [_version_json(v) for v in listed],
+                  "uploads": [{"id": u.id, "name": u.name, "status": u.status, "tasks": len(u.checks),
+                               "passed_checks": len(u.passed), "created_at": u.created_at} for u in pending]})
+        return
+    out.table(["label", "visibility", "Tasks", "hash", "validation"],
+              ([v.label, "public" if v.public else "private", v.n_tasks, v.id[:12], ORIGINS.get(v.origin, v.origin)]
+               for v in listed), title=f"Benchmark Versions Workspace {acting.workspace} sees")
+    if pending:
+        out.table(["upload", "name", "status", "Tasks", "passed checks", "uploaded"],
+                  ([u.id, u.name, u.status, len(u.checks), len(u.passed), f"{u.created_at:%Y-%m-%d %H:%M}"]
+                   for u in pending), title="Uploads not yet published")
+
+
+def _version_json(v: registry.Listed) -> dict:
+    return {"label": v.label, "id": v.id, "visibility": "public" if v.public else "private", "tasks": v.n_tasks,
+            "origin": v.origin, "validation": ORIGINS.get(v.origin, v.origin), "allowed_hosts": list(v.allowed_hosts),
+            "created_at": v.created_at}
+
+
+@benchmark_app.command("show")
+def show_(ctx: typer.Context, ref: Annotated[str, typer.Argument(help="A Benchmark Version's label or id, or an "
+                                                                     "upload's id.")],
+          as_json: options.Json = False) -> None:
+    """One Benchmark Version (its Tasks, hash, visibility, validation) or one upload (each Task's verdict)."""
+    acting = Context.of(ctx).acting()
+    if ref.startswith("upl-"):
+        _print_validation(acting, ref, as_json)
+        return
+    found = registry.lookup(acting.wh, ref, acting.workspace)
+    version = registry.version(acting.wh, found.id, found.owner)
+    if as_json:
+        out.json(_version_json(found) | {"tasks": [t.name for t in version.tasks]})
+        return
+    visibility = "public" if found.public else f"private to Workspace {acting.workspace}"
+    out.line(f"{found.label}: {found.n_tasks} Tasks, {visibility}, {ORIGINS.get(found.origin, found.origin)}")
+    out.line(f"hash {found.id}")
+    out.line("network allowlist: " + (", ".join(found.allowed_hosts) or "none (the model proxy only)"))
+    out.table(["Task", "kind", "agent timeout (s)"],
+              ([t.name, "static" if t.static else "Environment",
+                "" if t.agent_timeout_sec is None else f"{t.agent_timeout_sec:g}"] for t in version.tasks))
+
+
+def _print_checks(made: uploads.Upload) -> None:
+    out.table(["Task", "folder", "check", "reason"],
+              ([c.name, c.folder, "passed" if c.ok else "failed", c.reason or ""] for c in made.checks),
+              title=f"Upload {made.id} of {made.name}: {len(made.passed)} of {len(made.checks)} Tasks passed "
+                    "their checks")
+
+
+def _print_validation(acting: Acting, upload_id: str, as_json: bool = False) -> None:
+    found = uploads.get(acting.wh, acting.workspace, upload_id)
+    verdicts = validation.results(acting.wh, found)
+    if as_json:
+        out.json({"upload": found.id, "name": found.name, "status": found.status,
+                  "validation_job": found.validation_job_id, "allowed_hosts": list(found.allowed_hosts),
+                  "tasks": [r.__dict__ for r in verdicts]})
+        return
+    out.table(["Task", "verdict", "oracle", "nop", "reason"],
+              ([r.name, {True: "pass", False: "fail", None: "pending"}[r.passed], _reward(r.oracle), _reward(r.nop),
+                r.reason or ""] for r in verdicts),
+              title=f"Upload {found.id} of {found.name}: {found.status}")
+    passed = sum(r.passed is True for r in verdicts)
+    if found.status == "validated":
+        if passed:
+            out.line(f"{passed} of {len(verdicts)} Tasks passed. Publish them: amber benchmark publish {found.id}"
+                     " [--exclude TASK ...]")
+        else:
+            out.line("No Task passed validation: fix them and upload again.")
+
+
+def _reward(value: float | None) -> str:
+    return "" if value is None else f"{Decimal(str(value)):g}"
+
