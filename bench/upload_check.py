@@ -6,8 +6,7 @@ compressed: each Task has task.toml, instruction.md, environment/Dockerfile
 random bytes, so the archive cannot compress and is near the 100 MB limit.
 Then a FRESH child process does what `amber benchmark upload` does first:
 unpack the archive safely (`archive.unpack`: both passes, every limit) and run
-the per-Task checks (`checks.check_tasks`) on the unpacked Tasks, if that
-module exists yet (else it says they were skipped). The figure is the child's
+the per-Task checks (`checks.check_tasks`) on the unpacked Tasks. The figure is the child's
 whole wall time (start-up and imports included); its peak RSS is the parent's
 `RUSAGE_CHILDREN` maximum. Three children run one after the other; the time
 is their median, the memory their maximum.
@@ -38,24 +37,18 @@ CHILD = r"""
 import json, resource, sys, time
 from pathlib import Path
 t_import = time.perf_counter()
-from amber_pipeline.benchmarks.archive import unpack
-try:
-    from amber_pipeline.benchmarks.checks import check_tasks
-except ModuleNotFoundError as e:
-    if e.name != "amber_pipeline.benchmarks.checks":
-        raise
-    check_tasks = None
+from amber_pipeline.benchmarks.uploads.archive import unpack
+from amber_pipeline.benchmarks.uploads.checks import check_tasks
 imports = time.perf_counter() - t_import
 t0 = time.perf_counter()
 got = unpack(Path(sys.argv[1]), Path(sys.argv[2]))
 t_unpack = time.perf_counter() - t0
-checks = check_tasks(got.root) if check_tasks is not None else None
+checks = check_tasks(got.root)
 t_checks = time.perf_counter() - t0 - t_unpack
 print(json.dumps({
     "imports": imports, "unpack": t_unpack, "checks": t_checks, "files": got.n_files, "bytes": got.n_bytes,
-    "tasks": got.n_tasks, "checked": None if checks is None else len(checks),
-    "passed": None if checks is None else sum(c.ok for c in checks),
-    "failures": [] if checks is None else [f"{c.name}: {c.reason}" for c in checks if not c.ok][:3],
+    "tasks": got.n_tasks, "checked": len(checks), "passed": sum(c.ok for c in checks),
+    "failures": [f"{c.name}: {c.reason}" for c in checks if not c.ok][:3],
     "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -125,9 +118,7 @@ def main() -> None:
             dest.parent.mkdir(exist_ok=True)
             result = run_child(CHILD, [str(archive), str(dest)])
             shutil.rmtree(dest)
-            checks = ("per-Task checks skipped (amber_pipeline.benchmarks.checks.check_tasks does not exist yet)"
-                      if result["checked"] is None else
-                      f"checks {result['checks']:.2f} s ({result['passed']} of {result['checked']} Tasks passed)")
+            checks = f"checks {result['checks']:.2f} s ({result['passed']} of {result['checked']} Tasks passed)"
             print(f"child: wall {result['wall']:.2f} s = imports {result['imports']:.2f} s, unpack "
                   f"{result['unpack']:.2f} s ({result['files']} files, {result['bytes'] / 1e6:.1f} MB, "
                   f"{result['tasks']} Tasks), {checks}; its own peak RSS {result['rss_mb']:.0f} MB")

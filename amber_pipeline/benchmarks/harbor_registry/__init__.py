@@ -38,7 +38,7 @@ from typing import Any, NoReturn
 
 from packaging.version import InvalidVersion, Version
 
-from amber_pipeline.benchmarks.git_tasks import GitTask, export_tasks, repo_path
+from amber_pipeline.benchmarks.harbor_registry.git_tasks import GitTask, export_tasks, repo_path
 from amber_pipeline.benchmarks.tasks import TASK_NAME
 from amber_pipeline.errors import AmberError
 
