@@ -15,7 +15,7 @@ from amber_pipeline.cli.context import Acting, Context
 from amber_pipeline.cli.jobs import launch, print_quote, require_docker, watch
 from amber_pipeline.cli.output import out
 from amber_pipeline.errors import AmberError
-from amber_pipeline.jobs import validation
+from amber_pipeline.jobs import quotes, validation
 from amber_pipeline.money import workspaces
 from amber_pipeline.money.prices import show
 
@@ -51,8 +51,8 @@ def upload(ctx: typer.Context,
                  f"amber benchmark validate {made.id}")
         return
     out.line(f"Validating its {len(made.passed)} Tasks runs one oracle and one nop Trial each, charged for sandbox "
-             f"time: at most {show(priced.total)}, each Trial at its Task's time limits and stopped at 1.5 times "
-             "that; what it does not spend is refunded.")
+             f"time: at most {show(priced.total)}, each Trial at its Task's time limits and stopped at "
+             f"{quotes.VALIDATION_STOP:g} times that; what it does not spend is refunded.")
     out.line(f"Accept the Quote and validate: amber benchmark validate {made.id}")
 
 
