@@ -379,7 +379,7 @@ def test_the_engine_is_asked_once_per_call_and_only_when_needed(tmp_path, monkey
     assert asked == [1]
     static = tmp_path / "static"
     write_task(static, "s", 'version = "1.0"\n[metadata.amber.static]\ncontains = ["4"]\n', dockerfile=None)
-    assert check_tasks(static) == [TaskCheck("s", "s", True, None)]
+    assert check_tasks(static) == [TaskCheck("s", "s", True, None, static=True)]
     assert asked == [1]
 
 
@@ -473,7 +473,7 @@ def test_real_tasks_pass_with_their_quirks_and_load(tmp_path) -> None:
     assert b"\r\n" in (real / "pam-trace" / "task.toml").read_bytes()  # the CRLF files stayed CRLF
     assert not (real / "pam-trace" / "tests" / "test.sh").stat().st_mode & 0o111  # and the scripts not executable
     found = check_tasks(real, local_images=REAL_IMAGES)
-    assert found == [TaskCheck(name, folder, True, None) for name, folder in [
+    assert found == [TaskCheck(name, folder, True, None, static=name == "static-capital") for name, folder in [
         ("hello-world", "hello"), ("legacy-sizes", "legacy-sizes"), ("pam-trace", "pam-trace"),
         ("prebuilt", "prebuilt"), ("static-capital", "static-capital"), ("tb-mapped", "tb-mapped")]]
     specs = {c.name: load_task(real / c.folder, real) for c in found}

@@ -24,7 +24,7 @@ from amber_pipeline.warehouse.catalog import Warehouse
 
 
 @contextlib.contextmanager
-def _workspace(wh: Warehouse) -> Iterator[Path]:
+def _scratch(wh: Warehouse) -> Iterator[Path]:
     """A scratch folder on the store's file system, removed whatever happens."""
     wh.paths.cache.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".work-", dir=wh.paths.cache))
@@ -37,7 +37,7 @@ def _workspace(wh: Warehouse) -> Iterator[Path]:
 def import_dataset(wh: Warehouse, source: str, ref: str) -> tuple[BenchmarkVersion, str]:
     """The public Version of dataset ``ref`` (``name@version`` or ``name``) of the registry at ``source``."""
     spec = harbor_registry.find_dataset(harbor_registry.load_registry(source), ref)
-    with _workspace(wh) as work:
+    with _scratch(wh) as work:
         dest = harbor_registry.fetch_dataset(spec, wh.paths.cache, work / spec.name)
         return registry.register(wh, dest, registry.PUBLIC, name=spec.name, label=harbor_registry.label_of(spec),
                                  origin="registry")
@@ -48,7 +48,7 @@ def adapt_dataset(wh: Warehouse, owner: str, kind: str, source: Path, name: str,
     """Versions of a dataset file through its static adapter: one, or for ``sharded`` (the base dataset's kind
     ``kind`` with a ``shards`` file) the sharded one and its concat control."""
     registry.check_name(name)
-    with _workspace(wh) as work:
+    with _scratch(wh) as work:
         if shards is not None:
             made = list(adapters.adapt_sharded(kind, source, shards, work / name, name=name))
         else:

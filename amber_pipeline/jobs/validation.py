@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 
 from amber_pipeline.benchmarks import registry, uploads
 from amber_pipeline.benchmarks.static import verify
+from amber_pipeline.benchmarks.tasks import TaskSpec
 from amber_pipeline.benchmarks.uploads import Upload
 from amber_pipeline.benchmarks.versions import BenchmarkVersion, snapshot
 from amber_pipeline.errors import AmberError
@@ -116,7 +117,7 @@ def results(wh: Warehouse, upload: Upload) -> list[TaskValidation]:
     version = registry.version(wh, upload.benchmark_version_id, upload.workspace)
     folders = {t.name: t.folder for t in version.tasks}
     if is_static(version):
-        out += [_static(version, t.name) for t in version.tasks]
+        out += [_static(version, t) for t in version.tasks]
     else:
         assert upload.validation_job_id is not None
         job = get_job(wh, upload.validation_job_id, upload.workspace)
@@ -129,8 +130,9 @@ def results(wh: Warehouse, upload: Upload) -> list[TaskValidation]:
     return sorted(out, key=lambda r: r.folder)
 
 
-def _static(version: BenchmarkVersion, name: str) -> TaskValidation:
-    task = next(t for t in version.tasks if t.name == name)
+def _static(version: BenchmarkVersion, task: TaskSpec) -> TaskValidation:
+    """A static Task's verdict: its reference answer passes its checks, an empty answer does not."""
+    name = task.name
     assert task.static is not None
     folder = version.task_path(task)
     answer_file = folder / "solution" / "answer.txt"

@@ -38,8 +38,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from amber_pipeline.benchmarks import registry
-from amber_pipeline.benchmarks.static import static_checks
 from amber_pipeline.benchmarks.uploads import archive, checks
+from amber_pipeline.benchmarks.uploads.checks import TaskCheck
 from amber_pipeline.errors import AmberError
 from amber_pipeline.warehouse.catalog import Warehouse
 
@@ -47,17 +47,6 @@ KEEP_CHECKED = timedelta(days=7)
 KEEP_VALIDATED = timedelta(days=30)
 MIXED = ("This upload mixes static Tasks with Tasks that have an Environment, and no Agent runs both: upload "
          "them as two Benchmarks.")
-
-
-@dataclass(frozen=True)
-class TaskCheck:
-    """One Task of an upload and its check: passed, or the reason it failed."""
-
-    name: str
-    folder: str  # relative to the archive's Tasks
-    ok: bool
-    reason: str | None = None
-    static: bool = False  # no Environment: validated on the host, at no cost
 
 
 @dataclass(frozen=True)
@@ -109,7 +98,7 @@ def create(wh: Warehouse, workspace: str, user: str, source: Path, name: str,
     work.mkdir(parents=True)
     try:
         unpacked = archive.unpack(source, work / "tasks")
-        found = _rules(unpacked.root, checks.check_tasks(unpacked.root))
+        found = _rules(checks.check_tasks(unpacked.root))
         passed = [c.folder for c in found if c.ok]
         version = (registry.stage(wh, unpacked.root, workspace, name, upload_id, passed, hosts) if passed
                    else None)
@@ -123,17 +112,12 @@ def create(wh: Warehouse, workspace: str, user: str, source: Path, name: str,
     return get(wh, workspace, upload_id)
 
 
-def _rules(root: Path, found: Sequence[checks.TaskCheck]) -> list[TaskCheck]:
+def _rules(found: Sequence[TaskCheck]) -> list[TaskCheck]:
     """Upload rules on top of each Task's own checks: Tasks sit at most one folder down, and an upload is all
     static Tasks or all Tasks with an Environment."""
-    out = []
-    for c in found:
-        if c.ok and "/" in c.folder:
-            out.append(TaskCheck(c.name, c.folder, False, "Task folders must sit at the top of the archive or in "
-                                                          "one folder there: move it up."))
-        else:
-            out.append(TaskCheck(c.name, c.folder, c.ok, c.reason,
-                                 c.ok and static_checks(root / c.folder) is not None))
+    out = [TaskCheck(c.name, c.folder, False, "Task folders must sit at the top of the archive or in one folder "
+                                              "there: move it up.") if c.ok and "/" in c.folder else c
+           for c in found]
     static = {c.folder for c in out if c.ok and c.static}
     if static and len(static) < sum(c.ok for c in out):
         out = [TaskCheck(c.name, c.folder, False, MIXED, c.static) if c.folder in static else c for c in out]

@@ -84,6 +84,7 @@ class TaskCheck:
     folder: str  # relative to the checked root, "/"-separated ("." for the root itself)
     ok: bool
     reason: str | None = None
+    static: bool = False  # no Environment ([metadata.amber.static]): validated on the host, at no cost
 
 
 @dataclass
@@ -93,6 +94,7 @@ class _Found:
     name: str
     folder: str
     reason: str | None = None
+    static: bool = False
     images: list[BaseImage] = field(default_factory=list)
 
 
@@ -115,7 +117,8 @@ def check_tasks(root: Path, *, local_images: set[str] | None = None) -> list[Tas
     _refuse_duplicates(found)
     prefix = str(root) + os.sep
     return sorted((TaskCheck(f.name, f.folder, f.reason is None,
-                             None if f.reason is None else " ".join(f.reason.replace(prefix, "").split()))
+                             None if f.reason is None else " ".join(f.reason.replace(prefix, "").split()),
+                             f.static and f.reason is None)
                    for f in found), key=lambda c: c.folder)
 
 
@@ -147,7 +150,8 @@ def _check(task_dir: Path, root: Path) -> _Found:
         _check_env_values(found.name, raw)
         _check_resources(found.name, raw, config)
         spec = task_spec(task_dir, task_dir.parent, raw, config)
-        if spec.static is None:
+        found.static = spec.static is not None
+        if not found.static:
             if not (task_dir / "tests" / "test.sh").is_file():
                 raise Refused(f"Task {found.name} has no Verifier: add tests/test.sh, which writes a Reward from 0 "
                               "to 1 to /logs/verifier/reward.txt.")
