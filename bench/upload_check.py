@@ -37,8 +37,8 @@ CHILD = r"""
 import json, resource, sys, time
 from pathlib import Path
 t_import = time.perf_counter()
-from amber_pipeline.benchmarks.uploads.archive import unpack
-from amber_pipeline.benchmarks.uploads.checks import check_tasks
+from amber_pipeline.benchmarks.intake.archive import unpack
+from amber_pipeline.benchmarks.intake.checks import check_tasks
 imports = time.perf_counter() - t_import
 t0 = time.perf_counter()
 got = unpack(Path(sys.argv[1]), Path(sys.argv[2]))

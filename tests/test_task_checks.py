@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from amber_pipeline.benchmarks.intake import checks
+from amber_pipeline.benchmarks.intake.checks import TaskCheck, check_tasks
 from amber_pipeline.benchmarks.tasks import load_task
-from amber_pipeline.benchmarks.uploads import checks
-from amber_pipeline.benchmarks.uploads.checks import TaskCheck, check_tasks
 from amber_pipeline.errors import AmberError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "task_checks"

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from amber_pipeline.benchmarks.intake.archive import LIMITS, ArchiveRejected, Limits, unpack
 from amber_pipeline.benchmarks.tasks import find_task_dirs
-from amber_pipeline.benchmarks.uploads.archive import LIMITS, ArchiveRejected, Limits, unpack
 from amber_pipeline.errors import AmberError
 
 TOML = b'version = "1.0"\n'

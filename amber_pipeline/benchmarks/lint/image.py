@@ -23,9 +23,9 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from amber_pipeline.benchmarks.intake.dockerfiles import Instruction, instructions
 from amber_pipeline.benchmarks.lint.shell import Command, path_like, program, shell_commands
 from amber_pipeline.benchmarks.lint.task import MAX_FILE_BYTES, TaskFolder, read_text
-from amber_pipeline.benchmarks.uploads.dockerfiles import Instruction, instructions
 
 _ARCHIVE = re.compile(r"\.(tar|tar\.gz|tgz|tar\.xz|txz|tar\.bz2|tbz2?)$")
 _NO_EFFECT = {"apt-get", "apt", "apk", "yum", "dnf", "pip", "pip3", "uv", "gem", "useradd", "groupadd", "adduser",

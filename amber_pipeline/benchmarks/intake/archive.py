@@ -40,9 +40,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from amber_pipeline.benchmarks.uploads.archive_entries import CHUNK, READ_ERRORS, Entry, Format, detect_format, entries
-from amber_pipeline.benchmarks.uploads.archive_refusals import CONTROL, bad, refused, shown, shown_size
-from amber_pipeline.benchmarks.uploads.archive_refusals import ArchiveRejected as ArchiveRejected
+from amber_pipeline.benchmarks.intake.archive_entries import CHUNK, READ_ERRORS, Entry, Format, detect_format, entries
+from amber_pipeline.benchmarks.intake.archive_refusals import CONTROL, bad, refused, shown, shown_size
+from amber_pipeline.benchmarks.intake.archive_refusals import ArchiveRejected as ArchiveRejected
 from amber_pipeline.errors import AmberError
 
 TASK_FILE = "task.toml"

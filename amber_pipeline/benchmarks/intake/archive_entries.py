@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal, Protocol
 
-from amber_pipeline.benchmarks.uploads.archive_refusals import refused, shown_size
+from amber_pipeline.benchmarks.intake.archive_refusals import refused, shown_size
 
 CHUNK = 1 << 20  # bytes read and written at a time: a member is never held whole in memory
 MAX_HEADER = 1 << 20  # a tar's pax or GNU long-name header is read into memory whole, so it is capped

@@ -21,7 +21,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from amber_pipeline.benchmarks.uploads.task_refusals import Refused
+from amber_pipeline.benchmarks.intake.task_refusals import Refused
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^git@")
 _VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-+])([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")

@@ -59,10 +59,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from amber_pipeline.benchmarks.intake.compose import COMPOSE_FILE, check_compose
+from amber_pipeline.benchmarks.intake.dockerfiles import BaseImage, check_dockerfile, find_dockerfiles
+from amber_pipeline.benchmarks.intake.task_refusals import Refused, table_at
 from amber_pipeline.benchmarks.tasks import TASK_FILE, TASK_NAME, read_config, task_name, task_spec
-from amber_pipeline.benchmarks.uploads.compose import COMPOSE_FILE, check_compose
-from amber_pipeline.benchmarks.uploads.dockerfiles import BaseImage, check_dockerfile, find_dockerfiles
-from amber_pipeline.benchmarks.uploads.task_refusals import Refused, table_at
 from amber_pipeline.errors import AmberError
 
 if TYPE_CHECKING:

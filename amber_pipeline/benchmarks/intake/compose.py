@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from amber_pipeline.benchmarks.uploads.task_refusals import Refused, table_at
+from amber_pipeline.benchmarks.intake.task_refusals import Refused, table_at
 
 COMPOSE_FILE = "docker-compose.yaml"
 

@@ -19,10 +19,8 @@ An upload goes checked -> validating -> validated -> published, or expires:
 An upload is private to its Workspace: `get` answers for another
 Workspace's upload exactly as for one that does not exist.
 
-The package's modules are the two gates an archive passes: `archive` (with
-`archive_entries`, the tar and zip readers, and `archive_refusals`) unpacks
-it, and `checks` (with `dockerfiles`, `compose` and `task_refusals`) checks
-each Task.
+The two gates an archive passes are the `intake` package's: `archive`
+unpacks it, `checks` checks each Task.
 """
 
 from __future__ import annotations
@@ -38,8 +36,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from amber_pipeline.benchmarks import registry
-from amber_pipeline.benchmarks.uploads import archive, checks
-from amber_pipeline.benchmarks.uploads.checks import TaskCheck
+from amber_pipeline.benchmarks.intake import archive, checks
+from amber_pipeline.benchmarks.intake.checks import TaskCheck
 from amber_pipeline.errors import AmberError
 from amber_pipeline.warehouse.catalog import Warehouse
 
