@@ -17,12 +17,13 @@ from assets.schedules import (
     upload_retention_schedule,
 )
 from sensors.benchmark_versions import benchmark_version_sensor
+from sensors.cell_runs import dead_cell_sensor
 from sensors.job_requests import job_request_sensor
 
 defs = dg.Definitions(
     assets=[trials, cell_scores, comparisons, benchmark_versions],
     jobs=[cell_job, submit_job, quote_expiry_job, reaggregation_job, transcript_expiry_job, upload_retention_job],
-    sensors=[job_request_sensor, benchmark_version_sensor],
+    sensors=[job_request_sensor, benchmark_version_sensor, dead_cell_sensor],
     schedules=[quote_expiry_schedule, reaggregation_schedule, transcript_expiry_schedule, upload_retention_schedule],
     resources={"warehouse": WarehouseResource()},
 )

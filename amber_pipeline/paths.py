@@ -104,8 +104,22 @@ class AmberPaths:
     def dagster_home(self) -> Path:
         return self.home / "dagster"
 
+    def holds(self, path: Path | str) -> bool:
+        """Whether ``path``, as the file system resolves it (`~`, `..` and links followed), lies inside this
+        instance: paths are not permissions, so a command that takes a path from a user refuses these (each
+        place is checked too, as any of them may be a link to another disk)."""
+        where = resolved(path)
+        places = (self.home, self.runs, self.warehouse, self.benchmarks, self.uploads, self.cache, self.models,
+                  self.dagster_home)
+        return any(where.is_relative_to(resolved(place)) for place in places)
+
     def ensure(self) -> AmberPaths:
         for p in (self.warehouse, self.trials, self.rewards, self.aggregates,
                   self.benchmarks, self.runs, self.dagster_home):
             p.mkdir(parents=True, exist_ok=True)
         return self
+
+
+def resolved(path: Path | str) -> Path:
+    """The path as the file system resolves it: `~` expanded, `..` and every symbolic link followed."""
+    return Path(os.path.realpath(Path(path).expanduser()))

@@ -15,6 +15,7 @@ from amber_pipeline.money import wallet, workspaces
 from amber_pipeline.money.identity import DEFAULT_WORKSPACE, Actor, local_user
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.warehouse.catalog import Warehouse
+from amber_pipeline.warehouse.schemas import trial_key
 
 if TYPE_CHECKING:
     from typer.testing import Result
@@ -98,3 +99,15 @@ def refusal(result: Result) -> str:
     assert result.stderr.startswith("amber: ") and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.endswith("\n") and "Traceback" not in result.stderr, result.stderr
     return result.stderr.removeprefix("amber: ").strip()
+
+
+def costs_and_charges(wh: Warehouse, job_id: str) -> tuple[dict[str, float], dict[str, float]]:
+    """Per Trial of a Job: the `trials` view's cost (of Trials that cost something) and the ledger's charge,
+    which must be equal, always."""
+    with wh.query() as con:
+        costs = {trial_key(job_id, cell, task, attempt): cost for cell, task, attempt, cost in con.execute(
+            "select cell_key, task_name, attempt, cost_usd from trials where job_id = ? and cost_usd > 0",
+            [job_id]).fetchall()}
+        charges = dict(con.execute("select trial_key, amount::double from ledger where kind = 'charge' and "
+                                   "job_id = ?", [job_id]).fetchall())
+    return costs, charges

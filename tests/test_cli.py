@@ -115,12 +115,12 @@ def test_unknown_job_and_bad_sql(amber_home: Path) -> None:
 
 def test_odd_credit_amounts_are_refused_in_one_sentence_and_odd_reasons_print_as_typed(amber_home: Path) -> None:
     ok(cli("workspace", "create", "team"))
-    refused(cli("--workspace", "team", "credit", "add", "--amount", "NaN", "--reason", "x"), "'NaN'",
-            "not an amount of dollars")
+    refused(cli("--workspace", "team", "credit", "add", "--amount", "NaN", "--reason", "x"),
+            '"NaN" is not an amount for --amount')
     refused(cli("--workspace", "team", "credit", "add", "--amount", "inf", "--reason", "x"),
-            "not an amount of dollars")
+            "is not an amount for --amount")
     refused(cli("--workspace", "team", "credit", "add", "--amount", "1e12", "--reason", "x"),
-            "A Credit is at most $1,000,000.00")
+            "up to $1,000,000.")
     assert json.loads(ok(cli("--workspace", "team", "wallet", "--json")))["ledger"] == []  # nothing was written
 
     out = ok(cli("--workspace", "team", "credit", "add", "--amount", "1000000", "--reason", "[/]"))
@@ -344,7 +344,7 @@ def test_results_show_each_cell_with_its_ci_and_each_comparison_with_its_verdict
         "over 8 shared Tasks: too close to call")
 
     found = json.loads(ok(cli("results", job.id, "--json")))
-    assert set(found) == {"job", "benchmark", "cells", "comparisons", "metering_disagreements"}
+    assert set(found) == {"job", "benchmark", "status", "message", "cells", "comparisons", "metering_disagreements"}
     assert found["metering_disagreements"] == []  # these Trials carry no count of the Agent's own
     by_route = {c["route"]: c for c in found["cells"]}
     assert all(set(c) == set(CELL_KEYS) for c in found["cells"])

@@ -244,7 +244,7 @@ def test_the_expiry_sentence_tells_the_time_in_utc(tmp_path: Path, wh: Warehouse
     assert r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr, r.stdout + r.stderr
     assert r.stderr.startswith("amber: ") and r.stderr.count("\n") == 1, r.stderr
     one_sentence(r.stderr.removeprefix("amber: ").strip(),
-                 f"Quote {made.id} expired at {made.expires_at.astimezone(UTC):%H:%M:%S} UTC")
+                 f"Quote {made.id} expired at {made.expires_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC")
     assert made.expires_at.astimezone(UTC).hour != made.expires_at.astimezone(NEW_YORK).hour
 
 

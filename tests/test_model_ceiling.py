@@ -14,7 +14,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from helpers import funded, request
+from helpers import costs_and_charges, funded, request
 
 from amber_pipeline.jobs import cell_run, lifecycle, quotes
 from amber_pipeline.jobs.records import cells_of, get_job
@@ -70,5 +70,7 @@ def test_the_proxy_stops_a_job_at_its_quote(talkative: Path, warehouse: Warehous
     assert reserved == made.amount == share
     assert charged <= reserved and settled and charged + refunded == reserved
     assert charged == sum(Decimal(str(r.cost_usd)) for r in scored)
+    costs, charges = costs_and_charges(wh, job.id)  # the trials view shows what the ledger charged
+    assert costs == charges and charges
     # Every call the proxy let through fitted at the time; only the refused ones were never sent.
     assert refusals == 0  # refused calls are not transcribed: they never reached the Provider

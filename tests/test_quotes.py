@@ -30,7 +30,7 @@ from amber_pipeline.jobs.records import cells_of, get_job, list_jobs
 from amber_pipeline.models.configurations import model_configuration
 from amber_pipeline.money import wallet
 from amber_pipeline.money.identity import DEFAULT_WORKSPACE, local_user
-from amber_pipeline.money.prices import PRICES, Prices, show
+from amber_pipeline.money.prices import PRICES, Prices, show, usd
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.schemas import TrialRecord, trials_table
@@ -205,7 +205,7 @@ def test_a_ceiling_below_the_estimate_or_above_the_wallet_is_refused_and_reserve
     before = wallet.read(wh, WS)[0]
     n_jobs = len(list_jobs(wh, WS))
 
-    low = request(source, "oracle", bounds=True).model_copy(update={"ceiling_usd": float(estimate) / 2})
+    low = request(source, "oracle", bounds=True).model_copy(update={"ceiling_usd": float(usd(estimate / 2))})
     with pytest.raises(AmberError) as below:
         lifecycle.quote(wh, WS, local_user(), low)
     one_sentence(str(below.value), f"estimate of {show(estimate)}", f"at least {show(estimate)}")

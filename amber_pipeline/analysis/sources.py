@@ -1,7 +1,9 @@
 """Where `TrialEvidence` comes from: an Amber Job, a Harbor job folder, or an imported folder.
 
 Every analysis command takes one of the three (:func:`load`) and reads them
-all the same way.
+all the same way. A folder inside Amber's home is read only when it is the
+acting Workspace's (`source_paths`); any other reads exactly like a folder
+that does not exist.
 
 - An Amber Job's evidence is its Trial rows (Reward, Errored, error type,
   tokens and cost are Amber's own) with what each Trial's folder adds
@@ -29,9 +31,16 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from amber_pipeline.analysis import source_paths
 from amber_pipeline.analysis.evidence import TrialEvidence
 from amber_pipeline.analysis.report import failure_cause, outcome
-from amber_pipeline.analysis.trial_folders import HARBOR_PREFIX, job_folder, read_harbor_folder, trial_facts
+from amber_pipeline.analysis.trial_folders import (
+    HARBOR_PREFIX,
+    NoHarborFolder,
+    job_folder,
+    read_harbor_folder,
+    trial_facts,
+)
 from amber_pipeline.cells import NO_MODEL
 from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import outcomes
@@ -58,7 +67,7 @@ def load(wh: Warehouse, workspace: str, source: str) -> list[TrialEvidence]:
         if not evidence:
             raise NoTrials(f"Job {source}")
         return evidence
-    if Path(source).expanduser().is_dir():
+    if Path(source).expanduser().is_dir() and source_paths.readable_folder(wh, workspace, source):
         evidence = read_harbor_folder(Path(source))
         if not evidence:
             raise NoTrials(f"Harbor job folder {source}")
@@ -130,6 +139,8 @@ def import_file(wh: Warehouse, workspace: str, folder: Path) -> Path:
 
 def import_harbor(wh: Warehouse, workspace: str, path: Path) -> tuple[str, int]:
     """Store a Harbor job folder's evidence for the Workspace; importing again changes nothing."""
+    if not source_paths.readable_folder(wh, workspace, path):
+        raise NoHarborFolder(path)
     folder = job_folder(path)
     evidence = read_harbor_folder(folder)
     if not evidence:

@@ -274,10 +274,17 @@ def _files(trial_dir: Path, result: dict[str, Any]) -> _Files:
 
 # ---- Harbor job folders ----------------------------------------------------------------------
 
+class NoHarborFolder(AmberError):
+    """No Harbor job folder at a path, or none the Workspace may read: the two read the same."""
+
+    def __init__(self, path: Path | str):
+        super().__init__(f"No Harbor job folder at {path}: give the folder `harbor run` wrote (jobs/<job name>).")
+
+
 def job_folder(path: Path) -> Path:
     folder = Path(path).expanduser().resolve()
     if not folder.is_dir():
-        raise AmberError(f"No Harbor job folder at {path}: give the folder `harbor run` wrote (jobs/<job name>).")
+        raise NoHarborFolder(path)
     return folder
 
 

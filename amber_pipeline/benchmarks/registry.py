@@ -11,6 +11,11 @@ registry: ``terminal-bench@2.0``); registering the same content again returns
 the label it already has. An upload's Tasks are staged as an unpublished
 Version while they are validated: jobs can run it, but no listing or lookup
 by label finds it until it is published.
+
+A folder's Tasks are read first and written nowhere (`versions.read_folder`);
+their files and their row are kept together, the row in the same catalog
+transaction that needs it (a Quote's reservation: `record_folder`), so a
+refused command leaves neither.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from pathlib import Path
 
 import duckdb
 
-from amber_pipeline.benchmarks.versions import BenchmarkVersion, open_snapshot, snapshot
+from amber_pipeline.benchmarks.versions import BenchmarkVersion, FolderTasks, open_snapshot, read_folder
 from amber_pipeline.errors import AmberError
 from amber_pipeline.warehouse.catalog import Warehouse
 
@@ -70,19 +75,32 @@ def register(wh: Warehouse, source: Path, owner: str, *, name: str | None = None
              allowed_hosts: Sequence[str] = ()) -> tuple[BenchmarkVersion, str]:
     """Snapshot Tasks for an owner (a Workspace, or public) as a published Version; a new one is labelled
     ``label``, else ``name@N``."""
-    version = snapshot(source, wh.paths.benchmarks, name, folders=folders, allowed_hosts=allowed_hosts)
-    with wh.write() as con:
-        return version, _record(con, version, owner, label=label, origin=origin, source=str(source.resolve()),
-                                published=True)
+    found = read_folder(source, wh.paths.benchmarks, name, folders=folders, allowed_hosts=allowed_hosts)
+    with found.staged() as move_in, wh.write() as con:
+        given = _record(con, found.version, owner, label=label, origin=origin, source=str(source.resolve()),
+                        published=True)
+        return move_in(), given
 
 
 def stage(wh: Warehouse, source: Path, owner: str, name: str, handle: str, folders: Sequence[str],
           allowed_hosts: Sequence[str] = ()) -> BenchmarkVersion:
     """Snapshot an upload's Tasks as an unpublished Version of the Workspace, for its validation Job."""
-    version = snapshot(source, wh.paths.benchmarks, name, folders=folders, allowed_hosts=allowed_hosts)
-    with wh.write() as con:
-        _record(con, version, owner, label=handle, origin="upload", source=None, published=False)
-    return version
+    found = read_folder(source, wh.paths.benchmarks, name, folders=folders, allowed_hosts=allowed_hosts)
+    with found.staged() as move_in, wh.write() as con:
+        _record(con, found.version, owner, label=handle, origin="upload", source=None, published=False)
+        return move_in()
+
+
+def label_of(wh: Warehouse, folder: FolderTasks, owner: str) -> str:
+    """The label a folder's Tasks have for the owner, or would get were they registered now; writes nothing."""
+    with wh.read() as con:
+        return _label(con, folder.version, owner, None, published=True)[0]
+
+
+def record_folder(con: duckdb.DuckDBPyConnection, folder: FolderTasks, owner: str) -> str:
+    """Record a folder's Tasks as a published Version of the owner inside the caller's catalog transaction (its
+    files are moved in by the caller, `FolderTasks.staged`): its label, the existing one for the same Tasks."""
+    return _record(con, folder.version, owner, label=None, origin="folder", source=str(folder.source), published=True)
 
 
 def publish(con: duckdb.DuckDBPyConnection, version: BenchmarkVersion, owner: str) -> str:
@@ -90,17 +108,26 @@ def publish(con: duckdb.DuckDBPyConnection, version: BenchmarkVersion, owner: st
     return _record(con, version, owner, label=None, origin="upload", source=None, published=True)
 
 
-def _record(con: duckdb.DuckDBPyConnection, version: BenchmarkVersion, owner: str, *, label: str | None,
-            origin: str, source: str | None, published: bool) -> str:
+def _label(con: duckdb.DuckDBPyConnection, version: BenchmarkVersion, owner: str, label: str | None,
+           published: bool) -> tuple[str, tuple | None, int]:
+    """(label, the Version's row for the owner if it has one, its number): the row's label when it is already
+    recorded as asked, else ``label`` or the next ``name@N``."""
     row = con.execute("select label, published from benchmark_versions where id = ? and owner = ?",
                       [version.id, owner]).fetchone()
     if row and (row[1] or not published):
-        return row[0]
+        return row[0], row, 0
     number_row = con.execute("select coalesce(max(number), 0) + 1 from benchmark_versions "
                              "where name = ? and owner = ? and published", [version.name, owner]).fetchone()
     assert number_row is not None
     number = number_row[0] if published else 0
-    label = label or f"{version.name}@{number}"
+    return label or f"{version.name}@{number}", row, number
+
+
+def _record(con: duckdb.DuckDBPyConnection, version: BenchmarkVersion, owner: str, *, label: str | None,
+            origin: str, source: str | None, published: bool) -> str:
+    label, row, number = _label(con, version, owner, label, published)
+    if row and (row[1] or not published):
+        return label
     taken = con.execute("select 1 from benchmark_versions where owner = ? and label = ?", [owner, label]).fetchone()
     if taken:
         raise AmberError(f"Benchmark Version {label} already exists with other Tasks: a label names one set of "

@@ -5,6 +5,12 @@ UTF-8 and handed to Harbor's own `TaskConfig` (which takes a legacy root
 `version`, the deprecated `allow_internet`, `memory = "2G"` and unknown
 `[metadata]` keys in its stride). A multi-step Task (`[[steps]]`) is refused
 in one sentence, as Amber runs one Instruction per Trial.
+
+A Task whose task.toml breaks a limit (`limits.py`: what a sandbox has, time
+limits positive and finite) still loads, so a Benchmark Version stored before
+a rule existed still opens for its results; it carries the sentence
+(`TaskSpec.limit_refusal`) and `within_limits` refuses it wherever it would
+run, before anything is reserved or written.
 """
 
 from __future__ import annotations
@@ -13,12 +19,14 @@ import copy
 import os
 import re
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from amber_pipeline.benchmarks import limits
 from amber_pipeline.benchmarks.static import StaticChecks, static_checks
 from amber_pipeline.errors import AmberError
 
@@ -43,13 +51,20 @@ class TaskSpec:
     verifier_timeout_sec: float | None = None
     build_timeout_sec: float = 0.0
     docker_image: str | None = None  # a prebuilt image named in task.toml instead of environment/Dockerfile
+    limit_refusal: str | None = None  # why no Trial of it may run (`limits.py`); None: within every limit
+
+
+def no_benchmark(path: Path | str) -> AmberError:
+    """The sentence for a Benchmark folder that does not exist, or one inside Amber's home (its stored
+    Versions are found by their labels, never by path: paths are not permissions)."""
+    return AmberError(f"No Benchmark at {path}: give the path of a folder of Task folders, "
+                      "or the label of a registered Benchmark Version (name@N).")
 
 
 def find_task_dirs(path: Path) -> list[Path]:
     """The Task folders of a Benchmark folder: itself, or its sub-folders with a task.toml."""
     if not path.exists():
-        raise AmberError(f"No Benchmark at {path}: give the path of a folder of Task folders, "
-                         "or the label of a registered Benchmark Version (name@N).")
+        raise no_benchmark(path)
     if not path.is_dir():
         raise AmberError(f"{path} is a file: give the folder that holds the Task folders.")
     if (path / TASK_FILE).is_file():
@@ -112,6 +127,7 @@ def task_spec(task_dir: Path, base: Path, raw: dict[str, Any], config: TaskConfi
         verifier_timeout_sec=config.verifier.timeout_sec,
         build_timeout_sec=config.environment.build_timeout_sec,
         docker_image=config.environment.docker_image,
+        limit_refusal=limits.refusal(name, raw, config),
     )
 
 
@@ -119,3 +135,10 @@ def load_task(task_dir: Path, base: Path) -> TaskSpec:
     """Read one Task folder, checking task.toml against Harbor 0.25's schema."""
     raw, config = read_config(task_dir / TASK_FILE)
     return task_spec(task_dir, base, raw, config)
+
+
+def within_limits(tasks: Iterable[TaskSpec]) -> None:
+    """Refuse, in its own sentence, the first Task that breaks a limit of `limits.py`."""
+    for task in tasks:
+        if task.limit_refusal is not None:
+            raise limits.OverLimits(task.limit_refusal)

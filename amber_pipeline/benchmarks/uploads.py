@@ -89,7 +89,7 @@ def create(wh: Warehouse, workspace: str, user: str, source: Path, name: str,
     """Unpack and check an archive, and stage its passing Tasks; a rejected archive raises and leaves nothing."""
     registry.check_name(name)
     hosts = check_hosts(allowed_hosts)
-    if not source.is_file():
+    if not source.is_file() or wh.paths.holds(source):  # paths are not permissions
         raise AmberError(f"No archive at {source}: give a .tar.gz, .tar or .zip file of Task folders.")
     upload_id = f"upl-{uuid.uuid4().hex[:10]}"
     work = wh.paths.uploads / upload_id

@@ -12,17 +12,23 @@ A Benchmark Version uploaded with a network allowlist (hosts its Environments
 may reach) is another Version than the same Tasks without it, since what the
 Tasks may do differs: the hosts, sorted, are hashed in with the files. Without
 hosts the id is the files' hash alone, as it always was.
+
+Reading a folder (`read_folder`) writes nothing, so a Quote that is refused
+leaves no trace; its Tasks are copied to a hidden temporary folder of the
+store and moved into place only once the Quote is made (`FolderTasks.staged`).
+A crash in between leaves at most that hidden folder, which nothing reads.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import stat
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from amber_pipeline.benchmarks.tasks import TaskSpec, find_task_dirs, load_task
@@ -78,10 +84,54 @@ def version_id_of(files_hash: str, allowed_hosts: Sequence[str] = ()) -> str:
     return hashlib.sha256(f"{files_hash}\0allow:{','.join(sorted(allowed_hosts))}".encode()).hexdigest()
 
 
-def snapshot(source: Path, store: Path, name: str | None = None, *, folders: Sequence[str] | None = None,
-             allowed_hosts: Sequence[str] = ()) -> BenchmarkVersion:
-    """Load a Benchmark folder and copy it, once, into the content-addressed store; ``folders`` (relative to
-    ``source``) picks the Task folders to take instead of every Task folder found."""
+@dataclass(frozen=True)
+class FolderTasks:
+    """A Benchmark folder's Tasks, read and hashed but stored nowhere yet: what a Quote prices and checks before
+    anything is written. Its Version's root is the stored copy when there is one, else the folder itself (the
+    same bytes: the id is their hash)."""
+
+    version: BenchmarkVersion
+    source: Path  # the folder as given, resolved
+    task_dirs: tuple[Path, ...]
+    base: Path  # what Task folders are named relative to
+    store: Path
+
+    @contextlib.contextmanager
+    def staged(self) -> Iterator[Callable[[], BenchmarkVersion]]:
+        """Copy the Tasks to a hidden temporary folder of the store and give the step that moves them into place
+        (once: the store is content-addressed) and returns the stored Version; what was not moved in is removed
+        on leaving, so a refusal between the two leaves the store as it was. Tasks edited since they were read
+        are refused, since the copy would not be the Version that was priced."""
+        root = self.store / self.version.id
+        if root.is_dir():
+            yield lambda: replace(self.version, root=root)
+            return
+        staging = self.store / f".{self.version.id}.{uuid.uuid4().hex}.tmp"
+        try:
+            prefix = len(str(self.base)) + 1
+            for d in self.task_dirs:
+                shutil.copytree(d, staging / str(d)[prefix:], symlinks=False, copy_function=_copy_file)
+            copied = [staging / str(d)[prefix:] for d in self.task_dirs]
+            if version_id_of(content_hash(copied, staging), self.version.allowed_hosts) != self.version.id:
+                raise AmberError(f"The Tasks in {self.source} changed while Amber read them: submit them again.")
+
+            def move_in() -> BenchmarkVersion:
+                try:
+                    staging.rename(root)
+                except OSError:
+                    if not root.is_dir():  # another process stored the same version first: that is fine
+                        raise
+                return replace(self.version, root=root)
+
+            yield move_in
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def read_folder(source: Path, store: Path, name: str | None = None, *, folders: Sequence[str] | None = None,
+                allowed_hosts: Sequence[str] = ()) -> FolderTasks:
+    """Load a Benchmark folder's Tasks and hash them, writing nothing; ``folders`` (relative to ``source``) picks
+    the Task folders to take instead of every Task folder found."""
     source = source.resolve()
     if folders is None:
         task_dirs = find_task_dirs(source)
@@ -97,20 +147,17 @@ def snapshot(source: Path, store: Path, name: str | None = None, *, folders: Seq
     hosts = tuple(sorted(set(allowed_hosts)))
     version_id = version_id_of(content_hash(task_dirs, base), hosts)
     root = store / version_id
-    if not root.exists():
-        staging = store / f".{version_id}.{uuid.uuid4().hex}.tmp"
-        try:
-            prefix = len(str(base)) + 1
-            for d in task_dirs:
-                shutil.copytree(d, staging / str(d)[prefix:], symlinks=False, copy_function=_copy_file)
-            staging.rename(root)
-        except OSError:
-            if not root.is_dir():  # another process stored the same version first: that is fine
-                raise
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return BenchmarkVersion(id=version_id, name=name or source.name, tasks=tuple(tasks), root=root,
-                            allowed_hosts=hosts)
+    version = BenchmarkVersion(id=version_id, name=name or source.name, tasks=tuple(tasks),
+                               root=root if root.is_dir() else base, allowed_hosts=hosts)
+    return FolderTasks(version, source, tuple(task_dirs), base, store)
+
+
+def snapshot(source: Path, store: Path, name: str | None = None, *, folders: Sequence[str] | None = None,
+             allowed_hosts: Sequence[str] = ()) -> BenchmarkVersion:
+    """Load a Benchmark folder and copy it, once, into the content-addressed store (`read_folder`, then
+    `FolderTasks.staged`)."""
+    with read_folder(source, store, name, folders=folders, allowed_hosts=allowed_hosts).staged() as move_in:
+        return move_in()
 
 
 def open_snapshot(version_id: str, name: str, store: Path, allowed_hosts: Sequence[str] = ()) -> BenchmarkVersion:

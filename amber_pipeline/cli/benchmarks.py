@@ -10,6 +10,7 @@ import typer
 
 from amber_pipeline.analysis import task_review
 from amber_pipeline.benchmarks import adapters, external, lint, registry, uploads
+from amber_pipeline.benchmarks.tasks import no_benchmark
 from amber_pipeline.cli import options
 from amber_pipeline.cli.context import Acting, Context
 from amber_pipeline.cli.jobs import launch, print_quote, require_docker, watch
@@ -106,6 +107,8 @@ def lint_(ctx: typer.Context,
                                      "through the model proxy: " + task_review.RUBRIC.replace("\n", " "))] = None,
           strict: Annotated[bool, typer.Option("--strict", help="Exit 1 on warnings too.")] = False,
           as_json: options.Json = False) -> None:
+    if Context.of(ctx).warehouse.paths.holds(path):  # paths are not permissions: stored Tasks are not yours to read
+        raise no_benchmark(path)
     findings = lint.lint(path)
     reviews: list[task_review.Review] = []
     if review_model is not None:

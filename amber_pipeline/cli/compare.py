@@ -17,7 +17,7 @@ import typer
 from amber_pipeline.analysis import compare as comparison
 from amber_pipeline.analysis import leaderboard as board_of
 from amber_pipeline.analysis import plan as planning
-from amber_pipeline.analysis import sources
+from amber_pipeline.analysis import source_paths, sources
 from amber_pipeline.cli import options
 from amber_pipeline.cli.context import Context
 from amber_pipeline.cli.output import out
@@ -109,6 +109,8 @@ def compare_cmd(
     """Compare candidates with a baseline on paired cases: interval, verdict, caveats, advice and costs."""
     routes = _routes_per_side(route, 1 + len(candidates))
     acting = Context.of(ctx).acting()
+    if plot is not None:
+        source_paths.writable(acting.wh, acting.workspace, plot)
     base = sources.load(acting.wh, acting.workspace, baseline)
     names: list[str] = []
     for source, r in zip(candidates, routes[1:], strict=True):

@@ -17,7 +17,7 @@ from amber_pipeline.analysis.plan import detectable_change_sentence
 from amber_pipeline.cli import embedded, options
 from amber_pipeline.cli.context import Acting, Context
 from amber_pipeline.cli.output import out
-from amber_pipeline.jobs import lifecycle, quotes, records
+from amber_pipeline.jobs import lifecycle, quotes, records, recovery
 from amber_pipeline.jobs.quotes import Quote
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.money.prices import show
@@ -82,7 +82,9 @@ def job_submit(ctx: typer.Context, benchmark: options.Benchmark, agent: options.
 def job_cancel(ctx: typer.Context, job_id: options.JobId) -> None:
     """Stop a Job: no new Trial starts, in-flight ones stop, the unspent reservation is refunded."""
     acting = Context.of(ctx).acting()
-    job = lifecycle.cancel(acting.wh, acting.workspace, job_id)
+    lifecycle.cancel(acting.wh, acting.workspace, job_id)
+    recovery.recover(acting.wh)  # a cell whose run died ends now, so a stuck Job is refunded at once
+    job = records.get_job(acting.wh, job_id, acting.workspace)
     out.line(f"{job.id} is {job.status}; in-flight Trials stop within seconds and the unspent reservation is "
              "refunded once they have.")
 
@@ -93,6 +95,7 @@ def job_status(ctx: typer.Context, job_id: Annotated[str | None, typer.Argument(
     """The state of one Job and its cells, or of every Job of the Workspace."""
     acting = Context.of(ctx).acting()
     wh = acting.wh
+    recovery.recover(wh)
     if job_id is None:
         out.table(["Job", "Benchmark", "status", "Trials done", "submitted"],
                   ([j.id, j.benchmark_label, j.status,
@@ -126,12 +129,14 @@ def results(ctx: typer.Context, job_id: options.JobId, as_json: options.Json = F
             raise
         found = {"cells": [], "comparisons": [], "missing_tasks": missing}  # no Trial ran: only what is missing
     if as_json:
-        out.json({"job": job.id, "benchmark": job.benchmark_label, "cells": found["cells"],
+        out.json({"job": job.id, "benchmark": job.benchmark_label, "status": job.status, "message": job.message,
+                  "cells": found["cells"],
                   "comparisons": found["comparisons"],
                   "metering_disagreements": found.get("metering_disagreements", [])}
                  | ({"missing_tasks": found["missing_tasks"]} if "missing_tasks" in found else {}))
         return
-    out.line(f"{job.id} on {job.benchmark_label}")
+    out.line(f"{job.id} on {job.benchmark_label}" + (f": {job.status} ({job.message})"
+                                                     if job.status != "completed" and job.message else ""))
     if found["cells"]:
         _print_cells(found)
     else:
@@ -200,6 +205,7 @@ def watch(acting: Acting, job_id: str) -> records.Job:
                   console=out.console, transient=False) as progress:
         bar = progress.add_task(f"{job_id} Trials", total=total)
         while True:
+            recovery.recover(wh)  # a run that died on this machine ends its cell, so the wait ends
             job = records.get_job(wh, job_id, acting.workspace)
             progress.update(bar, completed=records.trials_finished(wh, job_id))
             if job.ended and not any(c.status == "running" for c in records.cells_of(wh, job_id)):

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from amber_pipeline.jobs.request import JobRequest
+from amber_pipeline.money.amounts import parse_amount
 
 _FIELDS = JobRequest.model_fields
 
@@ -32,10 +33,11 @@ Model = Annotated[list[str] | None, typer.Option("--model", help=_help("model_co
 Trials = Annotated[int, typer.Option("--trials", help=_help("trials_per_task"))]
 Bounds = Annotated[bool, typer.Option("--bounds", help=_help("bounds"))]
 Public = Annotated[bool, typer.Option("--public", help=_help("public"))]
-Ceiling = Annotated[float | None, typer.Option("--ceiling", metavar="USD", help=_help("ceiling_usd"))]
+Ceiling = Annotated[str | None, typer.Option("--ceiling", metavar="USD", help=_help("ceiling_usd"))]
 
 
 def job_request(benchmark: str, agent: str, model: list[str] | None, trials: int, bounds: bool,
-                public: bool, ceiling: float | None = None) -> JobRequest:
+                public: bool, ceiling: str | None = None) -> JobRequest:
     return JobRequest(benchmark=benchmark, agent=agent, model_configurations=model or [], trials_per_task=trials,
-                      bounds=bounds, public=public, ceiling_usd=ceiling)
+                      bounds=bounds, public=public,
+                      ceiling_usd=None if ceiling is None else float(parse_amount(ceiling, "--ceiling")))

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import errno
 import importlib
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from amber_pipeline.analysis import judge, sources
+from amber_pipeline.analysis import judge, source_paths, sources
 from amber_pipeline.analysis.evidence import TrialEvidence
 from amber_pipeline.analysis.report import build_report, render_text
 from amber_pipeline.analysis.trial_folders import HARBOR_PREFIX
-from amber_pipeline.benchmarks.tasks import find_task_dirs, load_task
+from amber_pipeline.benchmarks.tasks import find_task_dirs, load_task, no_benchmark
 from amber_pipeline.cli import options
 from amber_pipeline.cli.context import Acting, Context
 from amber_pipeline.cli.jobs import job_record
@@ -35,12 +37,15 @@ def read_tasks(path: Path) -> tuple[list[str], dict[str, float]]:
     return [s.name for s in specs], {s.name: s.agent_timeout_sec for s in specs if s.agent_timeout_sec is not None}
 
 
-def read_labels(path: Path) -> dict[str, str]:
-    """labels.json: one JSON object, trial name -> cause."""
+def read_labels(path: Path, acting: Acting) -> dict[str, str]:
+    """labels.json: one JSON object, trial name -> cause; one the Workspace may not read reads as missing."""
+    missing = AmberError(f"No labels file at {path}: give the path of labels.json.")
+    if not source_paths.permitted(acting.wh, acting.workspace, path):
+        raise missing
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise AmberError(f"No labels file at {path}: give the path of labels.json.") from None
+        raise missing from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise AmberError(f"{path} is not readable JSON ({e}): fix the labels file.") from None
     if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
@@ -48,23 +53,26 @@ def read_labels(path: Path) -> dict[str, str]:
     return data
 
 
-def report_path(wh: Warehouse, source: str, evidence: list[TrialEvidence]) -> Path:
+def report_path(wh: Warehouse, workspace: str, source: str, evidence: list[TrialEvidence]) -> Path:
     """Where the JSON report goes, next to the source.
 
     A Harbor job folder: inside it. ``harbor:<name>``: the folder that holds its Trial folders when
-    they share one, else ``$AMBER_HOME/runs/<name>``. An Amber Job: ``$AMBER_HOME/runs/<job>``.
+    they share one, else ``$AMBER_HOME/runs/<name>``. An Amber Job: ``$AMBER_HOME/runs/<job>``. A folder
+    or harbor:<name> place inside Amber's home must be the Workspace's own (`source_paths.writable`); an
+    Amber Job's is, since its evidence loaded.
     """
     folder = Path(source)
     if not source.startswith(HARBOR_PREFIX) and folder.is_dir():
-        return folder / REPORT_FILE
+        return source_paths.writable(wh, workspace, folder / REPORT_FILE)
     name = source.removeprefix(HARBOR_PREFIX)
     if source.startswith(HARBOR_PREFIX):
         parents = {Path(e.trial_dir).parent for e in evidence if e.trial_dir}
         if len(parents) == 1 and (parent := parents.pop()).is_dir():
-            return parent / REPORT_FILE
+            return source_paths.writable(wh, workspace, parent / REPORT_FILE)
     if not name or Path(name).name != name or name in (".", ".."):
         raise AmberError(f"{source!r} is neither a folder nor an Amber Job id: give one of them.")
-    return wh.paths.runs / name / REPORT_FILE
+    path = wh.paths.runs / name / REPORT_FILE
+    return source_paths.writable(wh, workspace, path) if source.startswith(HARBOR_PREFIX) else path
 
 
 def _plotter() -> Callable[[dict[str, Any], Path], list[Path]]:
@@ -104,9 +112,14 @@ def report_cmd(
 ) -> None:
     """Pass rates with 95% intervals, why attempts failed, near misses and the cells of one round."""
     draw_plots = _plotter() if plot is not None else None
-    all_tasks, limits = read_tasks(tasks) if tasks is not None else (None, None)
-    given_labels = read_labels(labels) if labels is not None else None
     acting = Context.of(ctx).acting()
+    if tasks is not None and acting.wh.paths.holds(tasks):  # paths are not permissions
+        raise no_benchmark(tasks)
+    all_tasks, limits = read_tasks(tasks) if tasks is not None else (None, None)
+    given_labels = read_labels(labels, acting) if labels is not None else None
+    if plot is not None:  # both files `plots.report_plots` writes: the plot and NAME-cost.png beside it
+        for target in (plot, plot.with_stem(plot.stem + "-cost")):
+            source_paths.writable(acting.wh, acting.workspace, target)
     evidence = sources.load(acting.wh, acting.workspace, source)
     job = _job_record(acting, source)
     result = build_report(evidence, all_tasks=all_tasks, task_time_limits=limits, labels=given_labels,
@@ -115,7 +128,7 @@ def report_cmd(
         result["metering_disagreements"] = job["metering_disagreements"]
     if as_json:
         text = json.dumps(result, indent=2, allow_nan=False)
-        path = report_path(acting.wh, source, evidence)
+        path = report_path(acting.wh, acting.workspace, source, evidence)
         write_text(path, text + "\n")
         typer.echo(text)
         typer.echo(f"Wrote {path}", err=True)
@@ -148,6 +161,8 @@ def judge_cmd(ctx: typer.Context, source: options.Source,
     labels = None
     if stage_labels is not None:
         try:
+            if not source_paths.permitted(acting.wh, acting.workspace, stage_labels):
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(stage_labels))
             labels = json.loads(stage_labels.read_text())
         except (OSError, ValueError) as e:
             raise AmberError(f"{stage_labels} is not a JSON object of trial name -> stage ({e}).") from None

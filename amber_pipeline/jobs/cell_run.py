@@ -18,10 +18,11 @@ from datetime import date
 
 import pyarrow as pa
 
+from amber_pipeline import failpoints
 from amber_pipeline.agents.catalog import agent_spec
 from amber_pipeline.jobs import lifecycle, records
 from amber_pipeline.jobs.cell_models import TranscriptCall
-from amber_pipeline.jobs.outcomes import Kind, ProviderSignal
+from amber_pipeline.jobs.outcomes import ProviderSignal
 from amber_pipeline.jobs.static_run import run_static_cell
 from amber_pipeline.jobs.trial_runner import CellRun, run_cell
 from amber_pipeline.money.prices import PRICES, Prices
@@ -38,13 +39,19 @@ def run_trials(wh: Warehouse, job_id: str, cell_key: str,
     run = lifecycle.open_cell_run(wh, job_id, cell_key, prices)
     if not lifecycle.start_cell(wh, job_id, cell_key):  # cancelled or at its ceiling before this run began
         return []
+    rows = wh.trials_file(run.cell.file_id, job_id)
+    stored: list[TrialRecord] = []
 
     def finished(records: list[TrialRecord]) -> None:
-        scored = [r for r in records if r.outcome == Kind.SCORED]  # Errored and cancelled Trials are not charged
-        for record, charge in zip(scored, lifecycle.charge_trials(wh, job_id, [(r.key, r.cost_usd) for r in scored]),
-                                  strict=True):
-            # The row shows what the ledger charged: less at the ceiling, and an earlier run's charge on a restart.
-            record.cost_usd = float(charge.earlier if charge.earlier is not None else charge.amount)
+        # A Trial's row is on disk before its charge, so a run killed at any point leaves every charged Trial
+        # with its row, and recovery (`recovery.settle_rows`) charges what was not charged yet.
+        stored.extend(records)
+        wh.write_parquet(trials_table(stored), rows)
+        failpoints.reach("after_rows")
+        changed = lifecycle.charge_records(wh, job_id, records)
+        failpoints.reach("after_charge")
+        if changed:
+            wh.write_parquet(trials_table(stored), rows)
         if any(r.error_type == ProviderSignal.CEILING for r in records):  # the proxy refused a call past the Quote
             lifecycle.reach_ceiling(wh, job_id, "a model call would have passed the Job's Quote")
         for record in records:
@@ -57,13 +64,12 @@ def run_trials(wh: Warehouse, job_id: str, cell_key: str,
             output = run_static_cell(run, on_batch=finished, keep_going=keep_going)
         else:
             output = run_cell(run, on_trial_done=lambda record: finished([record]), keep_going=keep_going)
-        records = output.records
-        wh.write_parquet(trials_table(records), wh.trials_file(run.cell.file_id, job_id))
+        wh.write_parquet(trials_table(output.records), rows)  # in the order they were asked for; even none
         write_transcripts(wh, run, output.calls)
     except BaseException as exc:
         _failed(wh, job_id, cell_key, exc)
         raise
-    return records
+    return output.records
 
 
 def store_results(wh: Warehouse, cell_key: str, job_id: str | None) -> engine.Scores:
@@ -77,8 +83,9 @@ def store_results(wh: Warehouse, cell_key: str, job_id: str | None) -> engine.Sc
             _failed(wh, job_id, cell_key, exc)
         raise
     if job_id is not None:
-        lifecycle.end_cell(wh, job_id, cell_key, "done")
+        lifecycle.end_cell(wh, job_id, cell_key, *records.cell_verdict(wh, job_id, cell_key))
     return scores
+
 
 
 def run_cell_of_job(wh: Warehouse, job_id: str, cell_key: str,

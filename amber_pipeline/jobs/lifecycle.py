@@ -12,7 +12,9 @@ reservation is refunded, so for every Job reserved = charged + refunded.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -23,10 +25,12 @@ import duckdb
 
 from amber_pipeline.agents.catalog import agent_spec
 from amber_pipeline.benchmarks import registry
-from amber_pipeline.benchmarks.versions import BenchmarkVersion
+from amber_pipeline.benchmarks.tasks import no_benchmark, within_limits
+from amber_pipeline.benchmarks.versions import BenchmarkVersion, FolderTasks, read_folder
 from amber_pipeline.cells import Cell
 from amber_pipeline.errors import AmberError
-from amber_pipeline.jobs import cell_names, quotes
+from amber_pipeline.jobs import cell_names, quotes, workers
+from amber_pipeline.jobs.outcomes import Kind
 from amber_pipeline.jobs.quotes import Quote
 from amber_pipeline.jobs.records import ACTIVE_CELL, FINAL, Job, cells_of, get_job, run_dir
 from amber_pipeline.jobs.request import JobRequest
@@ -34,6 +38,7 @@ from amber_pipeline.models.configurations import ModelConfiguration
 from amber_pipeline.money import wallet, workspaces
 from amber_pipeline.money.prices import PRICES, Prices, usd
 from amber_pipeline.warehouse.catalog import Warehouse
+from amber_pipeline.warehouse.schemas import TrialRecord
 
 if TYPE_CHECKING:  # the runner imports the proxy and aiohttp: not for a CLI that only quotes and starts
     from amber_pipeline.jobs.trial_runner import CellRun
@@ -69,21 +74,24 @@ def transition(con: duckdb.DuckDBPyConnection, job_id: str, to: str, message: st
 # ---- quoted ----------------------------------------------------------------------------------------------
 
 def resolve_benchmark(wh: Warehouse, request: JobRequest, workspace: str,
-                      user: str) -> tuple[BenchmarkVersion, str, str]:
-    """(version, owner, label) of the request's Benchmark: a label the Workspace sees, or a folder.
+                      user: str) -> tuple[BenchmarkVersion, str, str, FolderTasks | None]:
+    """(version, owner, label, folder) of the request's Benchmark: a label the Workspace sees, or a folder's
+    Tasks read but not yet stored (``folder``), writing nothing.
 
-    A folder becomes a private Benchmark Version of the Workspace; staff may
-    register it as public instead.
+    A folder becomes a private Benchmark Version of the Workspace when its
+    Quote is made; staff may register it as public instead.
     """
     if registry.is_label(request.benchmark):
-        return registry.find(wh, request.benchmark, workspace)
+        return (*registry.find(wh, request.benchmark, workspace), None)
+    if wh.paths.holds(request.benchmark):  # another Workspace's stored Tasks are not a folder to quote
+        raise no_benchmark(request.benchmark)
     if request.public:
         with wh.read() as con:
             if not workspaces.is_staff(con, user):
                 raise AmberError("Only Amber staff can register a public Benchmark: drop --public.")
     owner = registry.PUBLIC if request.public else workspace
-    version, label = registry.register(wh, Path(request.benchmark), owner)
-    return version, owner, label
+    folder = read_folder(Path(request.benchmark), wh.paths.benchmarks)
+    return folder.version, owner, registry.label_of(wh, folder, owner), folder
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,7 @@ class Estimate:
     cells: list[Cell]
     quoted: list[quotes.CellQuote]
     n_tasks: int
+    folder: FolderTasks | None = None  # a folder's Tasks, stored and recorded only when the Quote is made
 
     @property
     def total(self) -> Decimal:
@@ -112,31 +121,37 @@ class Validation:
 
 def estimate(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now: datetime | None = None,
              prices: Prices = PRICES, validation: Validation | None = None) -> Estimate:
-    """Check a request and price each of its cells, reserving nothing (a refused request raises). A
-    validation Job's Trials are priced at their Tasks' time limits."""
+    """Check a request and price each of its cells, writing and reserving nothing (a refused request raises:
+    every check that can refuse a Quote but the Wallet's runs here). A validation Job's Trials are priced at
+    their Tasks' time limits."""
     mcs = request.check(wh.paths, workspace)
     expire_due(wh, now or datetime.now(UTC))
+    folder = None
     if validation is not None:
         version, owner, label = validation.version, workspace, validation.label
     else:
-        version, owner, label = resolve_benchmark(wh, request, workspace, user)
+        version, owner, label, folder = resolve_benchmark(wh, request, workspace, user)
+    within_limits(version.tasks)
     _check_fit(wh, workspace, request, version, mcs, private=owner != registry.PUBLIC)
     cells = request.cells(version, mcs)
     tasks = quotes.task_facts(version)
     return Estimate(version.id, owner, label, cells,
                     [quotes.estimate_cell(wh, workspace, c, tasks, request.trials_per_task, prices,
                                           at_limits=validation is not None) for c in cells],
-                    len(version.tasks))
+                    len(version.tasks), folder)
 
 
 def quote(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now: datetime | None = None,
           prices: Prices = PRICES, validation: Validation | None = None) -> Quote:
-    """Record a quoted Job and reserve its Quote at once; it waits for `start`."""
+    """Record a quoted Job and reserve its Quote at once; it waits for `start`. Nothing is written unless the
+    Quote is made: a folder's Tasks are copied aside first, and moved into the store in the catalog transaction
+    that records their Version, the Job and the reservation."""
     now = now or datetime.now(UTC)
     priced = estimate(wh, workspace, user, request, now=now, prices=prices, validation=validation)
     job_id = f"job-{uuid.uuid4().hex[:10]}"
-    with wh.write() as con:
-        made = quotes.reserve(con, workspace, job_id, priced.label, priced.quoted, now, request.ceiling_usd)
+    with _kept(priced) as keep, wh.write() as con:
+        label = registry.record_folder(con, priced.folder, priced.owner) if priced.folder else priced.label
+        made = quotes.reserve(con, workspace, job_id, label, priced.quoted, now, request.ceiling_usd)
         con.execute("insert into jobs (id, workspace, submitted_by, benchmark_version_id, benchmark_owner, "
                     "trials_per_task, status, quote_id, created_at, request, purpose) "
                     "values (?, ?, ?, ?, ?, ?, 'quoted', ?, ?, ?, ?)",
@@ -147,8 +162,19 @@ def quote(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now:
             "values (?, ?, ?, ?, ?, 'pending')",
             [[job_id, c.key, c.agent, c.model_configuration, priced.n_tasks * request.trials_per_task]
              for c in priced.cells])
-        cell_names.assign(con, priced.cells, priced.label)
+        cell_names.assign(con, priced.cells, label)
+        keep()  # last: a refusal above leaves the store as it was
     return made
+
+
+@contextlib.contextmanager
+def _kept(priced: Estimate) -> Iterator[Callable[[], object]]:
+    """The step that moves a folder's Tasks into the store (`FolderTasks.staged`); nothing for a label."""
+    if priced.folder is None:
+        yield lambda: None
+        return
+    with priced.folder.staged() as move_in:
+        yield move_in
 
 
 def missing_tasks(wh: Warehouse, workspace: str, job_id: str, prices: Prices = PRICES) -> list[quotes.MissingCell]:
@@ -192,7 +218,7 @@ def start(wh: Warehouse, workspace: str, quote_or_job_id: str, now: datetime | N
     made = quotes.get(wh, workspace, quote_or_job_id)
     job = get_job(wh, made.job_id, workspace)
     if job.status == "cancelled" and job.message == EXPIRED:
-        raise AmberError(f"Quote {made.id} expired at {made.expires_at.astimezone(UTC):%H:%M:%S UTC}: "
+        raise AmberError(f"Quote {made.id} expired at {made.expires_at.astimezone(UTC):%Y-%m-%d %H:%M:%S UTC}: "
                          "make a new one with `amber job quote`.")
     with wh.write() as con:
         transition(con, job.id, "running", at=now)
@@ -244,7 +270,7 @@ def open_cell_run(wh: Warehouse, job_id: str, cell_key: str, prices: Prices = PR
     policy = workspaces.provider_policy(wh, job.workspace) if job.private else None
     limits = ({f.name: quotes.validation_stop_seconds(f) for f in quotes.task_facts(version)}
               if job.purpose == "validation" else None)
-    return CellRun(job_id, cell, version, job.trials_per_task, run_dir(wh, job_id, cell), job.workspace,
+    return CellRun(job_id, cell, version, job.trials_per_task, run_dir(wh, job_id, cell.key), job.workspace,
                    private=job.private, prices=prices, budget=share, allowed_providers=policy, paths=wh.paths,
                    time_limits=limits)
 
@@ -258,9 +284,9 @@ def start_cell(wh: Warehouse, job_id: str, cell_key: str) -> bool:
     """Mark a cell running, in one step with the check that its Job still runs and the cell was not stopped."""
     with wh.write() as con:
         if _scalar(con, "select status from jobs where id = ?", [job_id]) == "running":
-            updated = con.execute("update job_cells set status = 'running', started_at = now() "
+            updated = con.execute("update job_cells set status = 'running', started_at = now(), worker = ? "
                                   "where job_id = ? and cell_key = ? and status in ('pending', 'running') "
-                                  "returning 1", [job_id, cell_key]).fetchall()
+                                  "returning 1", [workers.this_process(), job_id, cell_key]).fetchall()
             if updated:
                 return True
         con.execute("update job_cells set status = 'cancelled', finished_at = now(), message = ? "
@@ -289,6 +315,19 @@ def charge_trials(wh: Warehouse, job_id: str, costs: list[tuple[str, float]]) ->
     if any(r.ceiling_reached for r in results) and status == "running":
         reach_ceiling(wh, job_id, "the Job's charges reached its Quote")
     return results
+
+
+def charge_records(wh: Warehouse, job_id: str, records: list[TrialRecord]) -> bool:
+    """Charge the scored Trials among ``records`` (each attempt once) and make each row show what the ledger
+    took: less at the ceiling, an earlier charge on a restart. Whether any row's cost changed."""
+    scored = [r for r in records if r.outcome == Kind.SCORED]  # Errored and cancelled Trials are not charged
+    changed = False
+    for record, charge in zip(scored, charge_trials(wh, job_id, [(r.key, r.cost_usd) for r in scored]),
+                              strict=True):
+        charged = float(charge.earlier if charge.earlier is not None else charge.amount)
+        changed |= charged != record.cost_usd
+        record.cost_usd = charged
+    return changed
 
 
 def reach_ceiling(wh: Warehouse, job_id: str, message: str) -> None:
@@ -324,14 +363,17 @@ def cancel(wh: Warehouse, workspace: str, job_id: str) -> Job:
 def _end_if_idle(con: duckdb.DuckDBPyConnection, job_id: str) -> None:
     """With no cell left pending or running: a running Job ends (failed if a cell failed), and an ended
     Job's unspent reservation is refunded (once: the refund is keyed by its Quote)."""
-    statuses = [r[0] for r in con.execute("select status from job_cells where job_id = ?", [job_id]).fetchall()]
-    if any(s in ACTIVE_CELL for s in statuses):
+    rows = con.execute("select status, message from job_cells where job_id = ? order by cell_key",
+                       [job_id]).fetchall()
+    if any(s in ACTIVE_CELL for s, _ in rows):
         return
     job_status, workspace, quote_id = con.execute("select status, workspace, quote_id from jobs where id = ?",
                                                   [job_id]).fetchone() or (None, None, None)
     if job_status == "running":
-        failed = statuses.count("failed")
+        failed = [m for s, m in rows if s == "failed"]
         job_status = "failed" if failed else "completed"
-        transition(con, job_id, job_status, f"{failed} of {len(statuses)} cells could not run" if failed else None)
+        reason = f": {failed[0]}" if failed and failed[0] else ""
+        transition(con, job_id, job_status,
+                   f"{len(failed)} of {len(rows)} cells could not finish{reason}" if failed else None)
     if job_status in FINAL and quote_id:
         wallet.release(con, workspace, quote_id, job_id, f"unspent when the Job ended {job_status}")

@@ -31,7 +31,6 @@ decides when a Quote is made, started, expired or released.
 from __future__ import annotations
 
 import json
-import math
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -357,9 +356,6 @@ def with_ceiling(cells: list[CellQuote], ceiling: float | Decimal | None) -> lis
     estimate = sum((c.estimated for c in cells), Decimal(0))
     if ceiling is None:
         return cells
-    if not math.isfinite(ceiling):
-        raise AmberError(f"A ceiling must be an amount of USD, not {ceiling}: give --ceiling of at least "
-                         f"{show(estimate)}, or leave it out to reserve the estimate.")
     asked = usd(ceiling)
     if asked < estimate:
         raise AmberError(f"A ceiling of {show(asked)} is below this Job's estimate of {show(estimate)}: give "

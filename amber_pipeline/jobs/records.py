@@ -6,6 +6,7 @@ Workspace is reported with exactly the sentence of one that does not exist.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,7 +15,7 @@ import duckdb
 import pyarrow.parquet as pq
 
 from amber_pipeline.benchmarks.registry import PUBLIC
-from amber_pipeline.cells import NO_MODEL, Cell, cell_file_id, model_name
+from amber_pipeline.cells import NO_MODEL, cell_file_id, model_name
 from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import cell_names
 from amber_pipeline.jobs.request import JobRequest
@@ -27,7 +28,7 @@ ACTIVE_CELL = ("pending", "running")
 @dataclass(frozen=True)
 class Job:
     id: str
-    seq: int
+    seq: int  # counts the Workspace's Jobs from 1 (the catalog's `workspace_jobs`): no other Workspace's gaps
     workspace: str
     benchmark_version_id: str
     benchmark_owner: str
@@ -85,7 +86,7 @@ class CellLaunch:
 _JOB_SELECT = """select j.id, j.seq, j.workspace, j.benchmark_version_id, j.benchmark_owner, b.label,
                         j.trials_per_task, j.status, j.quote_id, j.created_at, j.finished_at, j.message, j.request,
                         j.purpose
-                 from jobs j join benchmark_versions b
+                 from workspace_jobs j join benchmark_versions b
                    on b.id = j.benchmark_version_id and b.owner = j.benchmark_owner"""
 
 
@@ -168,9 +169,9 @@ def cells_of_version(wh: Warehouse, benchmark_version_id: str) -> list[str]:
             "where j.benchmark_version_id = ? order by 1", [benchmark_version_id]).fetchall()]
 
 
-def run_dir(wh: Warehouse, job_id: str, cell: Cell) -> Path:
+def run_dir(wh: Warehouse, job_id: str, cell_key: str) -> Path:
     """Where a cell's Trial folders go: Harbor's own layout, so `harbor view` reads them."""
-    return wh.paths.runs / job_id / cell.file_id
+    return wh.paths.runs / job_id / cell_file_id(cell_key)
 
 
 def trials_finished(wh: Warehouse, job_id: str) -> int:
@@ -205,3 +206,17 @@ def metering_disagreements(wh: Warehouse, workspace: str, job_id: str) -> list[d
     return [{"route": route, "metered_input": int(mi), "agent_input": int(ai), "metered_output": int(mo),
              "agent_output": int(ao)} for route, mi, ai, mo, ao in rows
             if differs(int(mi), int(ai)) or differs(int(mo), int(ao or 0))]
+
+
+def cell_verdict(wh: Warehouse, job_id: str, cell_key: str) -> tuple[str, str | None]:
+    """How a cell whose Trials are stored ends: done, or failed when every Trial that ran errored (nothing was
+    measured, so its Job must not read completed), naming the commonest error."""
+    path = wh.trials_file(cell_file_id(cell_key), job_id)
+    rows = pq.read_table(path, columns=["outcome", "error_type", "error_message"]).to_pylist() if path.is_file() else []
+    ran = [r for r in rows if r["outcome"] != "cancelled"]
+    if not ran or any(r["outcome"] == "scored" for r in ran):
+        return "done", None
+    errors = Counter(" ".join(filter(None, [r["error_type"], (r["error_message"] or "").partition("\n")[0]]))
+                     for r in ran)
+    error, count = errors.most_common(1)[0]
+    return "failed", f"every Trial errored ({count} of {len(ran)}: {error or 'no reason given'})"

@@ -52,6 +52,7 @@ from amber_pipeline.warehouse.schemas import TrialRecord, trial_key
 
 DEFAULT_CONCURRENCY = 2
 WATCH_INTERVAL_SEC = 1.0
+ENGINE_WAIT_SEC = 120.0  # how long a retry waits for a Docker engine that stopped answering
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ def run_cell(run: CellRun, *, concurrency: int = DEFAULT_CONCURRENCY,
         # An Agent that runs in the sandbox reaches the model proxy, and Tasks with a network allowlist reach
         # their hosts through the egress proxy, on the sandbox network's gateway; without either, no network.
         if agent.software is not None or run.benchmark.allowed_hosts:
-            net = stack.enter_context(SandboxNetwork.create(_network_name(run), client=client))
+            net = stack.enter_context(SandboxNetwork.create(network_name(run.job_id, run.cell.key), client=client))
             sandboxes.network, sandboxes.gateway = net.name, net.gateway
         if net is not None and agent.software is not None:
             sandboxes.software = agent_image.software_image(client, agent.name, agent.software)
@@ -141,7 +142,11 @@ def run_cell(run: CellRun, *, concurrency: int = DEFAULT_CONCURRENCY,
             if net is not None and agent.software is not None:
                 net.allow_host_port(models.proxy.port(net.gateway))
         runner = _CellRunner(run, agent, models, sandboxes, on_trial_done, keep_going or (lambda: True))
-        records = asyncio.run(runner.run_all(concurrency))
+        try:
+            records = asyncio.run(runner.run_all(concurrency))
+        finally:
+            with contextlib.suppress(Exception):  # Harbor removes them; not when the engine restarted meanwhile
+                remove_sandboxes_under(run.run_dir)
         return CellOutput(records, models.calls if models else [])
 
 
@@ -161,8 +166,9 @@ class Sandboxes:
         return {k: v for k, v in kwargs.items() if v is not None}
 
 
-def _network_name(run: CellRun) -> str:
-    return f"amber-{hashlib.sha256(f'{run.job_id}/{run.cell.key}'.encode()).hexdigest()[:16]}"
+def network_name(job_id: str, cell_key: str) -> str:
+    """The sandbox network of a Job's cell: one per cell run, found again by recovery when the run died."""
+    return f"amber-{hashlib.sha256(f'{job_id}/{cell_key}'.encode()).hexdigest()[:16]}"
 
 
 @dataclass
@@ -210,6 +216,8 @@ class _CellRunner:
                     record, retry_again = await self._trial(task, attempt, retry)
                     if not retry_again or retry == outcomes.MAX_RETRIES:
                         break
+                    # An engine that is restarting fails every attempt at once: retry once it answers again.
+                    await asyncio.to_thread(docker_engine.answers_within, ENGINE_WAIT_SEC)
         except asyncio.CancelledError:
             return None  # stopped before it began
         if self.on_trial_done is not None:

@@ -11,12 +11,17 @@ runs the commands owns the machine anyway.)
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from amber_pipeline.errors import AmberError
+from amber_pipeline.money.user_text import quoted
+
 DEFAULT_WORKSPACE = "default"
+MAX_USER = 128  # characters of a user id
 
 
 @dataclass(frozen=True)
@@ -47,9 +52,20 @@ def save_config(values: dict[str, str]) -> None:
     path = config_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     merged = {**load_config(), **values}
-    path.write_text("".join(f'{k} = "{v}"\n' for k, v in sorted(merged.items())))
+    # A JSON string is a TOML basic string: quotes, backslashes and control characters stay escaped.
+    path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in sorted(merged.items())))
+
+
+def check_user(user: str) -> str:
+    """A user id, or one sentence refusing it: any printable characters (brackets too: every command prints them
+    as text), no space at either end, at most MAX_USER of them, so it shows on one line as typed."""
+    if not 0 < len(user) <= MAX_USER or not user.isprintable() or user != user.strip():
+        raise AmberError(f"{quoted(user)} is not a user id: give up to {MAX_USER} printable characters with no "
+                         "space at either end.")
+    return user
 
 
 def resolve(user: str | None, workspace: str | None) -> Actor:
     config = load_config()
-    return Actor(user=user or config.get("user") or local_user(), workspace=workspace or config.get("workspace"))
+    return Actor(user=check_user(user or config.get("user") or local_user()),
+                 workspace=workspace or config.get("workspace"))

@@ -23,22 +23,21 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 import duckdb
 
 from amber_pipeline.errors import AmberError
 from amber_pipeline.money import workspaces
+from amber_pipeline.money.amounts import parse_amount
 from amber_pipeline.money.identity import Actor
-from amber_pipeline.money.prices import show, usd
+from amber_pipeline.money.prices import show
 from amber_pipeline.warehouse.catalog import Warehouse
-
-MAX_CREDIT = Decimal(1_000_000)  # one entry; the ledger holds amounts below 10**12
 
 
 @dataclass(frozen=True)
 class Entry:
-    seq: int
+    seq: int  # counts this Workspace's entries from 1 (the catalog's `workspace_ledger`): no other Workspace's gaps
     at: datetime
     kind: str
     amount: Decimal
@@ -72,8 +71,8 @@ def state(con: duckdb.DuckDBPyConnection, workspace: str) -> WalletState:
 
 
 def entries(con: duckdb.DuckDBPyConnection, workspace: str) -> list[Entry]:
-    rows = con.execute("select seq, created_at, kind, amount, reason, quote_id, job_id, trial_key from ledger "
-                       "where workspace = ? order by seq", [workspace]).fetchall()
+    rows = con.execute("select seq, created_at, kind, amount, reason, quote_id, job_id, trial_key "
+                       "from workspace_ledger where workspace = ? order by seq", [workspace]).fetchall()
     return [Entry(*r) for r in rows]
 
 
@@ -107,8 +106,6 @@ def _append(con: duckdb.DuckDBPyConnection, *, workspace: str, kind: str, amount
 
 
 def credit(con: duckdb.DuckDBPyConnection, workspace: str, amount: Decimal, reason: str, entry_key: str) -> None:
-    if amount <= 0:
-        raise AmberError(f"A Credit must be a positive amount, not {show(amount)}: give --amount above zero.")
     if not reason.strip():
         raise AmberError("A Credit needs a reason: give --reason \"...\".")
     _append(con, workspace=workspace, kind="credit", amount=amount, reason=reason.strip(), entry_key=entry_key)
@@ -188,14 +185,7 @@ def release(con: duckdb.DuckDBPyConnection, workspace: str, quote_id: str, job_i
 
 def add_credit(wh: Warehouse, actor: Actor, workspace: str, amount: str, reason: str) -> Decimal:
     """Staff add money to a Workspace's Wallet, with a reason."""
-    try:
-        value = usd(amount)
-    except InvalidOperation:
-        value = Decimal("NaN")
-    if not value.is_finite():
-        raise AmberError(f"{amount!r} is not an amount of dollars: give a number like 100 or 12.50.")
-    if value > MAX_CREDIT:
-        raise AmberError(f"A Credit is at most {show(MAX_CREDIT)}, not {show(value)}: add a smaller amount.")
+    value = parse_amount(amount, "--amount")
     with wh.write() as con:
         if not workspaces.is_staff(con, actor.user):
             raise AmberError(f"Only Amber staff can add a Credit, and {actor.user} is not staff: "

@@ -4,6 +4,11 @@ Only members see what a Workspace owns. Everything that looks something up
 for a user goes through `acting_workspace`, and an object of another
 Workspace is reported with exactly the sentence used for one that does not
 exist, so an error never hints that it exists elsewhere.
+
+Names are unique ignoring case (`ws1` and `WS1` would be two Workspaces
+people cannot tell apart; the catalog's index holds it too), and a name is
+matched exactly as it was created: `--workspace WS1` does not find `ws1`,
+so a name reads the same in every command, file and view.
 """
 
 from __future__ import annotations
@@ -14,10 +19,11 @@ import re
 import duckdb
 
 from amber_pipeline.errors import AmberError
-from amber_pipeline.money.identity import DEFAULT_WORKSPACE, Actor, local_user
+from amber_pipeline.money.identity import DEFAULT_WORKSPACE, Actor, check_user, local_user
+from amber_pipeline.money.user_text import quoted
 from amber_pipeline.warehouse.catalog import Warehouse
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
 def is_staff(con: duckdb.DuckDBPyConnection, user: str) -> bool:
@@ -28,16 +34,26 @@ def is_staff(con: duckdb.DuckDBPyConnection, user: str) -> bool:
 
 
 def create(wh: Warehouse, actor: Actor, name: str) -> None:
-    if not NAME.match(name):
-        raise AmberError(f"{name!r} is not a valid Workspace name: use letters, digits, '.', '_' and '-'.")
+    if not NAME.fullmatch(name):
+        raise AmberError(f"{quoted(name)} is not a valid Workspace name: use up to 63 letters, digits, '.', '_' "
+                         "and '-', starting with a letter or digit.")
     with wh.write() as con:
-        if con.execute("select 1 from workspaces where name = ?", [name]).fetchone():
-            raise AmberError(f"A Workspace named {name} already exists: choose another name.")
+        taken = _same_name(con, name)
+        if taken is not None:
+            raise AmberError(f"A Workspace named {taken} already exists: choose another name.")
         con.execute("insert into workspaces (name, created_by) values (?, ?)", [name, actor.user])
         con.execute("insert into members values (?, ?)", [name, actor.user])
 
 
+def _same_name(con: duckdb.DuckDBPyConnection, name: str) -> str | None:
+    """The Workspace named `name` ignoring case, if there is one (the exact name first)."""
+    row = con.execute("select name from workspaces where lower(name) = lower(?) order by name = ? desc limit 1",
+                      [name, name]).fetchone()
+    return row[0] if row else None
+
+
 def add_member(wh: Warehouse, actor: Actor, name: str, user: str) -> None:
+    check_user(user)
     with wh.write() as con:
         _require_member(con, actor.user, name)
         con.execute("insert into members values (?, ?) on conflict do nothing", [name, user])
@@ -63,7 +79,7 @@ def acting_workspace(wh: Warehouse, actor: Actor) -> str:
         if con.execute("select 1 from members where workspace = ? and user_name = ?",
                        [DEFAULT_WORKSPACE, actor.user]).fetchone():
             return DEFAULT_WORKSPACE
-        if con.execute("select 1 from workspaces where name = ?", [DEFAULT_WORKSPACE]).fetchone() is None:
+        if _same_name(con, DEFAULT_WORKSPACE) is None:  # a "Default" of someone else's blocks it too
             con.execute("insert into workspaces (name, created_by) values (?, ?)", [DEFAULT_WORKSPACE, actor.user])
             con.execute("insert into members values (?, ?)", [DEFAULT_WORKSPACE, actor.user])
             return DEFAULT_WORKSPACE

@@ -7,6 +7,7 @@ SDK's long exception into one sentence naming the fix.
 from __future__ import annotations
 
 import os
+import time
 
 import docker
 from docker.errors import DockerException
@@ -27,3 +28,21 @@ def connect(timeout: int = 120) -> docker.DockerClient:
         raise AmberError(f"The Docker engine at {engine_url()} is not answering: start it "
                          "(as root on Debian, `make setup` installs and starts one) and try again.") from None
     return client
+
+
+def answers_within(seconds: float) -> bool:
+    """Wait until the engine answers a ping (a restarting engine takes seconds); False if not within
+    ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            client = docker.DockerClient(base_url=engine_url(), timeout=5)
+            try:
+                client.ping()
+                return True
+            finally:
+                client.close()
+        except DockerException:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.5)

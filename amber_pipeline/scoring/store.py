@@ -32,13 +32,21 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from amber_pipeline import failpoints
 from amber_pipeline.cells import NO_MODEL, agent_version_sql, cell_file_id
 from amber_pipeline.scoring import engine
 from amber_pipeline.scoring.bootstrap import DEFAULT_RESAMPLING, Resampling
 from amber_pipeline.warehouse import sql
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.files import locked, write_text
-from amber_pipeline.warehouse.schemas import CELL_RESULT_SCHEMA, COMPARISON_SCHEMA, TASK_REWARD_SCHEMA
+from amber_pipeline.warehouse.fitting import fitting
+from amber_pipeline.warehouse.schemas import (
+    CELL_RESULT_SCHEMA,
+    COMPARISON_SCHEMA,
+    TASK_REWARD_SCHEMA,
+    TRIAL_REQUIRED,
+    TRIAL_SCHEMA,
+)
 
 FINGERPRINT_NAME = "_fingerprint.json"
 _LIBRARY = Path(__file__).resolve().parents[1]
@@ -103,7 +111,8 @@ def write_version(wh: Warehouse, benchmark_version_id: str, cell_keys: Sequence[
 
 
 def _score(con: duckdb.DuckDBPyConnection, files: Sequence[Path], resampling: Resampling) -> engine.Scores:
-    """The engine over stored Trial files (no file: no cell)."""
+    """The engine over stored Trial files (no file: no cell; a file that is not Amber's Trials is left out)."""
+    files = fitting(con, files, TRIAL_SCHEMA, TRIAL_REQUIRED)
     return engine.score(con, trial_rows(files), resampling) if files else engine.Scores([], [])
 
 
@@ -120,6 +129,7 @@ def _write_cells(con: duckdb.DuckDBPyConnection, wh: Warehouse, cells: Sequence[
     for i, c in enumerate(cells):
         rewards = wh.rewards_file(cell_file_id(c.cell), c.scope)
         wh.write_parquet(_as(TASK_REWARD_SCHEMA, c.task_rewards.rename_columns(TASK_REWARD_SCHEMA.names)), rewards)
+        failpoints.reach("aggregates")
         aggregate = wh.aggregates_file(cell_file_id(c.cell), c.scope)
         wh.write_parquet(aggregates.slice(i, 1), aggregate)
         written += [rewards, aggregate]

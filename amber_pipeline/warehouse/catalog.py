@@ -26,6 +26,8 @@ import pyarrow.parquet as pq
 from amber_pipeline.paths import AmberPaths
 from amber_pipeline.warehouse import sql, views
 from amber_pipeline.warehouse.files import locked, replacing
+from amber_pipeline.warehouse.fitting import fitting
+from amber_pipeline.warehouse.schemas import TRIAL_REQUIRED, TRIAL_SCHEMA
 
 CATALOG_DDL = """
 create table if not exists workspaces (
@@ -62,6 +64,7 @@ create table if not exists job_cells (
     started_at timestamptz, finished_at timestamptz, message varchar,
     primary key (job_id, cell_key));
 alter table job_cells add column if not exists launched_at timestamptz;
+alter table job_cells add column if not exists worker varchar;  -- host/pid/start of its run (jobs/workers.py)
 create table if not exists cell_names (cell_key varchar primary key, name varchar not null unique);
 create table if not exists quotes (
     id varchar primary key, workspace varchar not null, job_id varchar not null,
@@ -77,6 +80,21 @@ create table if not exists ledger (
         check (kind in ('credit', 'reservation', 'charge', 'refund')),
     amount decimal(18, 6) not null check (amount >= 0), reason varchar, quote_id varchar, job_id varchar,
     trial_key varchar, entry_key varchar not null unique);
+-- What users see numbered counts within their Workspace from 1: the global sequences order the rows but are never
+-- shown, since their gaps would reveal other Workspaces' activity. Computed, not stored: no ledger entry or Job is
+-- ever deleted, so a row's number never changes.
+create or replace view workspace_ledger as
+    select row_number() over (partition by workspace order by seq) as seq, * exclude (seq) from ledger;
+create or replace view workspace_jobs as
+    select row_number() over (partition by workspace order by seq) as seq, * exclude (seq, start_seq) from jobs;
+-- Workspace names are unique ignoring case. A catalog from before that rule may hold names equal but for case: each
+-- one after the first keeps its own name in case_clash (once, here), so the index can exist; every other Workspace
+-- has '' there, so no new one can take a name another has in any case.
+alter table workspaces add column if not exists case_clash varchar default '';
+update workspaces set case_clash = name where case_clash = '' and exists (
+    select 1 from workspaces o where lower(o.name) = lower(workspaces.name)
+        and (o.created_at, o.name) < (workspaces.created_at, workspaces.name));
+create unique index if not exists workspaces_name_ignoring_case on workspaces (lower(name), case_clash);
 """
 
 
@@ -112,8 +130,9 @@ class Warehouse:
     @contextlib.contextmanager
     def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A read-only view of the catalog; readers share, writers wait for them."""
-        if not self.paths.catalog.exists():
-            with self.write():
+        catalog = self.paths.catalog
+        if not catalog.exists() or (catalog, catalog.stat().st_ino) not in _schema_ready:
+            with self.write():  # a reader of a catalog made by an older Amber needs its new views and columns too
                 pass
         with locked(self._lock_path, fcntl.LOCK_SH):
             con = duckdb.connect(str(self.paths.catalog), read_only=True)
@@ -133,7 +152,8 @@ class Warehouse:
     def trial_files(self) -> list[tuple[Path, int, int]]:
         """Every stored Trial file (``<cell file id>/<job>.parquet``) with its size and mtime (ns), sorted.
 
-        Files being written (``.<name>.<uuid>.tmp``) are not listed.
+        Files being written (``.<name>.<uuid>.tmp``) are not listed, nor files that are not Trial files
+        (`fitting.py`).
         """
         out = []
         with contextlib.suppress(FileNotFoundError), os.scandir(self.paths.trials) as cells:
@@ -145,7 +165,9 @@ class Warehouse:
                         if e.name.endswith(".parquet") and not e.name.startswith(".") and e.is_file():
                             st = e.stat()
                             out.append((Path(e.path), st.st_size, st.st_mtime_ns))
-        return sorted(out)
+        with contextlib.closing(duckdb.connect()) as con:
+            trials = set(fitting(con, [path for path, _, _ in out], TRIAL_SCHEMA, TRIAL_REQUIRED))
+        return sorted(f for f in out if f[0] in trials)
 
     def rewards_file(self, cell_file_id: str, workspace: str) -> Path:
         return self.paths.rewards / cell_file_id / f"{_file_id(workspace)}.parquet"

@@ -214,5 +214,9 @@ SCORING_ROW_SCHEMA = pa.schema([
 ])
 
 
+# The columns every Trial file has had, whatever its schema version: a file without them is not a Trial file.
+TRIAL_REQUIRED = tuple(name for name, field in TrialRecord.model_fields.items() if field.is_required())
+
+
 def trials_table(records: list[TrialRecord]) -> pa.Table:
     return pa.Table.from_pylist([r.model_dump() for r in records], schema=TRIAL_SCHEMA)

@@ -17,7 +17,8 @@ the reason):
    `${VAR:-default}`, anywhere in the value) in any env table or MCP header;
 3. no GPUs or TPUs, and at most what one sandbox has (4 cpus, 8192
    memory_mb, 10240 storage_mb, read after Harbor converts a legacy
-   `memory = "2G"`); resources and timeouts positive and finite;
+   `memory = "2G"`); resources and timeouts positive and finite: the rules
+   of `benchmarks.limits`, which every Quote applies too;
 4. a Verifier, `tests/test.sh`, and an Environment: `environment/Dockerfile`
    or `[environment].docker_image`.
    Amber builds `environment/Dockerfile` itself and runs one container per
@@ -51,7 +52,6 @@ Dockerfiles for checks 5 and 6 is `dockerfiles`.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Iterator
@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from amber_pipeline.benchmarks import limits
 from amber_pipeline.benchmarks.intake.compose import COMPOSE_FILE, check_compose
 from amber_pipeline.benchmarks.intake.dockerfiles import BaseImage, check_dockerfile, find_dockerfiles
 from amber_pipeline.benchmarks.intake.task_refusals import Refused, table_at
@@ -66,11 +67,8 @@ from amber_pipeline.benchmarks.tasks import TASK_FILE, TASK_NAME, read_config, t
 from amber_pipeline.errors import AmberError
 
 if TYPE_CHECKING:
-    from harbor.models.task.config import EnvironmentConfig, TaskConfig
+    from harbor.models.task.config import TaskConfig
 
-MAX_CPUS = 4
-MAX_MEMORY_MB = 8192
-MAX_STORAGE_MB = 10240
 BASE_IMAGE = "amber-base:bookworm"
 
 _TEMPLATE = re.compile(r"\$\{[^}]*\}")
@@ -148,7 +146,7 @@ def _check(task_dir: Path, root: Path) -> _Found:
                           "'.', '_' and '-', start with a letter or digit and have at most 128 characters: rename "
                           "the folder.")
         _check_env_values(found.name, raw)
-        _check_resources(found.name, raw, config)
+        limits.check(found.name, raw, config)
         spec = task_spec(task_dir, task_dir.parent, raw, config)
         found.static = spec.static is not None
         if not found.static:
@@ -164,7 +162,7 @@ def _check(task_dir: Path, root: Path) -> _Found:
     return found
 
 
-# ---- env values, resources ------------------------------------------------------------------------------------
+# ---- env values ------------------------------------------------------------------------------------------
 
 def _check_env_values(name: str, raw: dict[str, Any]) -> None:
     tables = [("[environment.env]", table_at(raw, "environment", "env")),
@@ -189,65 +187,6 @@ def _check_env_values(name: str, raw: dict[str, Any]) -> None:
                     raise Refused(f"Task {name}'s MCP server {server.get('name')} in [[{where}.mcp_servers]] fills "
                                   f"its {header} header from the machine running it: remove the header, as Amber "
                                   "gives Tasks nothing of that machine's environment.")
-
-
-def _environments(raw: dict[str, Any],
-                  config: TaskConfig) -> list[tuple[str, str, EnvironmentConfig, dict[str, Any]]]:
-    """Every Environment table of the Task: its name, the step it is of (or ""), Harbor's reading, and the table
-    as written."""
-    out = [("[environment]", "", config.environment, table_at(raw, "environment"))]
-    if config.verifier.environment is not None:
-        out.append(("[verifier.environment]", "", config.verifier.environment,
-                    table_at(raw, "verifier", "environment")))
-    raw_steps = raw.get("steps") or []
-    for step, raw_step in zip(config.steps or [], raw_steps, strict=False):
-        if step.verifier.environment is not None:
-            out.append(("[steps.verifier.environment]", f" of step {step.name}", step.verifier.environment,
-                        table_at(raw_step, "verifier", "environment")))
-    return out
-
-
-def _number(x: float) -> str:
-    return f"{x:g}" if isinstance(x, float) else str(x)
-
-
-def _check_resources(name: str, raw: dict[str, Any], config: TaskConfig) -> None:
-    for table, step, env, written in _environments(raw, config):
-        if env.gpus:
-            raise Refused(f"Task {name} asks for GPUs ({table}.gpus = {env.gpus}{step}), which Amber's sandboxes "
-                          "do not have: remove gpus.")
-        if env.gpu_types:
-            raise Refused(f"Task {name} asks for GPU types ({table}.gpu_types{step}), which Amber's sandboxes do "
-                          "not have: remove gpu_types.")
-        if env.tpu is not None:
-            raise Refused(f"Task {name} asks for a TPU ({table}.tpu{step}), which Amber's sandboxes do not have: "
-                          "remove tpu.")
-        for key, legacy, value, limit, unit in (("cpus", None, env.cpus, MAX_CPUS, "cpus"),
-                                                ("memory_mb", "memory", env.memory_mb, MAX_MEMORY_MB, "MB of memory"),
-                                                ("storage_mb", "storage", env.storage_mb, MAX_STORAGE_MB,
-                                                 "MB of storage")):
-            if value is None:
-                continue
-            given = f"{table}.{key} = {_number(value)}"
-            if legacy and isinstance(written.get(legacy), str) and key not in written:
-                given = f'{table}.{legacy} = "{written[legacy]}"'
-            shown = f"{given}, {_number(value)} MB" if given.endswith('"') else given
-            if not value > 0:
-                raise Refused(f"Task {name} gives {given}{step}, which is not positive: give a positive {key}.")
-            if value > limit:
-                raise Refused(f"Task {name} asks for {_number(value)} {unit} ({shown}{step}), more than a sandbox "
-                              f"has: ask for at most {limit} {unit}.")
-    timeouts: list[tuple[str, str, float | None]] = [("[agent].timeout_sec", "", config.agent.timeout_sec),
-                                                     ("[verifier].timeout_sec", "", config.verifier.timeout_sec)]
-    timeouts += [(f"{table}.build_timeout_sec", step, env.build_timeout_sec)
-                 for table, step, env, _ in _environments(raw, config)]
-    for s in config.steps or []:
-        timeouts += [("[steps.agent].timeout_sec", f" of step {s.name}", s.agent.timeout_sec),
-                     ("[steps.verifier].timeout_sec", f" of step {s.name}", s.verifier.timeout_sec)]
-    for key, step, seconds in timeouts:
-        if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
-            raise Refused(f"Task {name} gives {key} = {_number(seconds)}{step}, which is not a positive, finite "
-                          "number of seconds: give a positive timeout.")
 
 
 # ---- the Environment ------------------------------------------------------------------------------------------

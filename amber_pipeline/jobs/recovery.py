@@ -1,0 +1,134 @@
+"""Crash recovery: a cell whose run died is ended, so its Job settles and nothing is charged twice.
+
+A cell run can die anywhere: killed, out of memory, its engine restarted.
+Its cell then stays `running`, its Job never ends, its reservation is never
+refunded and its sandboxes keep running. Whoever notices the death (the
+Dagster sensor that watches cell runs, or any command on this machine that
+sees the run's process gone: `workers.py`) calls :func:`end_dead_cell`,
+which finishes what the run would have done:
+
+- the cell's sandboxes and its sandbox network are removed;
+- its stored Trial rows are settled with the ledger. A Trial's row is written
+  before its charge (`cell_run.run_trials`), so a row may still lack its
+  charge (charged now, once: a charge is keyed by the Trial attempt) or show
+  more than the ledger took at the ceiling (the row takes the ledger's
+  amount). Afterwards every row's cost is its ledger charge;
+- the cell's Benchmark Version is scored again over the stored Trials, and
+  the cell ends `done` when every Trial it owed is stored, else `failed`
+  with the reason; the last cell to end ends the Job and refunds the rest
+  of its reservation.
+
+Each step is idempotent, so a recovery that is itself interrupted is simply
+run again, and a cell no longer running is left as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import pyarrow.parquet as pq
+
+from amber_pipeline.cells import cell_file_id
+from amber_pipeline.jobs import lifecycle, records, workers
+from amber_pipeline.scoring import store
+from amber_pipeline.warehouse.catalog import Warehouse
+from amber_pipeline.warehouse.schemas import TrialRecord, trials_table
+
+log = logging.getLogger(__name__)
+
+
+def running_cells(wh: Warehouse) -> list[tuple[str, str, str | None]]:
+    """(Job, cell key, worker) of every cell a run has started and not ended."""
+    with wh.read() as con:
+        return con.execute("select job_id, cell_key, worker from job_cells where status = 'running' "
+                           "order by job_id, cell_key").fetchall()
+
+
+def recover(wh: Warehouse) -> list[tuple[str, str]]:
+    """End every running cell whose run's process on this machine is gone; the (Job, cell) pairs ended."""
+    ended = []
+    for job_id, cell_key, worker in running_cells(wh):
+        if workers.is_dead(worker):
+            end_dead_cell(wh, job_id, cell_key, "its run's process died")
+            ended.append((job_id, cell_key))
+    return ended
+
+
+def end_dead_cell(wh: Warehouse, job_id: str, cell_key: str, reason: str) -> str | None:
+    """Finish a cell whose run died (see the module's docstring); its new status, or None if it was not
+    running."""
+    with wh.read() as con:
+        row = con.execute("select c.status, c.n_trials, j.benchmark_version_id from job_cells c "
+                          "join jobs j on j.id = c.job_id where c.job_id = ? and c.cell_key = ?",
+                          [job_id, cell_key]).fetchone()
+    if row is None or row[0] != "running":
+        return None
+    _, owed, version_id = row
+    _remove_sandboxes(wh, job_id, cell_key)
+    stored = settle_rows(wh, job_id, cell_key)
+    try:
+        store.write_version(wh, version_id, records.cells_of_version(wh, version_id))
+    except Exception as exc:  # noqa: BLE001 - the money settles even when scoring cannot run now
+        log.warning("cell %s of Job %s: scoring after its run died failed: %s", cell_key, job_id, exc)
+    if stored >= owed:
+        status, message = records.cell_verdict(wh, job_id, cell_key)
+        message = message or f"{reason}; its {stored} Trials were stored and scored by recovery"
+    else:
+        status, message = "failed", f"{reason} after {stored} of {owed} Trials"
+    lifecycle.end_cell(wh, job_id, cell_key, status, message)
+    return status
+
+
+def settle_rows(wh: Warehouse, job_id: str, cell_key: str) -> int:
+    """Charge the cell's stored scored Trials not yet charged and make each row show its ledger charge; the
+    number of Trials stored."""
+    path = wh.trials_file(cell_file_id(cell_key), job_id)
+    if not path.is_file():
+        return 0
+    rows = [TrialRecord(**r) for r in pq.read_table(path).to_pylist()]
+    if lifecycle.charge_records(wh, job_id, rows):
+        wh.write_parquet(trials_table(rows), path)
+    return len(rows)
+
+
+def _remove_sandboxes(wh: Warehouse, job_id: str, cell_key: str) -> None:
+    """The dead run's containers and network; an engine that does not answer leaves them to the next sweep."""
+    from amber_pipeline.jobs.trial_runner import network_name  # deferred: imports Harbor
+    from amber_pipeline.sandbox.environment import remove_sandboxes_under
+    from amber_pipeline.sandbox.network import NETWORK_LABEL, remove_sandbox_networks
+
+    try:
+        remove_sandboxes_under(records.run_dir(wh, job_id, cell_key))
+        remove_sandbox_networks({NETWORK_LABEL: network_name(job_id, cell_key)})
+    except Exception as exc:  # noqa: BLE001 - the Docker engine may be down; the money settles regardless
+        log.warning("cell %s of Job %s: sandboxes not removed yet: %s", cell_key, job_id, exc)
+
+
+def sweep_sandboxes(wh: Warehouse) -> list[str]:
+    """Remove sandboxes left under the run folder of a cell that is no longer running (its run died while the
+    engine was down, say); the ids removed."""
+    from amber_pipeline.sandbox import docker_engine
+    from amber_pipeline.sandbox.environment import TRIAL_DIR_LABEL
+
+    runs = f"{wh.paths.runs.resolve()}/"
+    client = docker_engine.connect()
+    left: dict[tuple[str, str], list] = {}
+    for container in client.containers.list(all=True, filters={"label": TRIAL_DIR_LABEL}, ignore_removed=True):
+        trial_dir = container.labels.get(TRIAL_DIR_LABEL, "")
+        if trial_dir.startswith(runs):
+            job_id, cell_folder = trial_dir[len(runs):].split("/")[:2]
+            left.setdefault((job_id, cell_folder), []).append(container)
+    if not left:
+        return []
+    with wh.read() as con:
+        active = {(job_id, cell_file_id(key)) for job_id, key in con.execute(
+            "select job_id, cell_key from job_cells where status in ('pending', 'running')").fetchall()}
+    removed = []
+    for owner, containers in left.items():
+        if owner not in active:
+            for container in containers:
+                with contextlib.suppress(Exception):
+                    container.remove(force=True)
+                    removed.append(container.id)
+    return removed

@@ -1,0 +1,70 @@
+"""Which Parquet files of a warehouse folder hold Amber's rows: the others are left out of every reader.
+
+Only Amber writes under the warehouse (`amber sql` cannot write files), but a
+file dropped there by hand, a damaged copy, or a column of another type would
+otherwise break every reader of its folder (scoring, reports, the views) with
+DuckDB's conversion error, or add rows that are not Trials. So the readers
+take a folder's files through :func:`fitting`: DuckDB's union of their
+schemas is compared with the expected one, which costs one pass over the
+files' footers, like the query itself. Only when a column differs, or a file
+cannot be read, are the files looked at one by one; those that differ are
+left out and each is named in a warning, so an operator can move it away.
+A file of an older Amber that lacks newer columns fits (they read as null).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Sequence
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from amber_pipeline.warehouse import sql
+
+log = logging.getLogger(__name__)
+
+
+def fitting(con: duckdb.DuckDBPyConnection, files: Sequence[Path], schema: pa.Schema,
+            required: Collection[str] = ()) -> list[Path]:
+    """The files among ``files`` that have the ``required`` columns and whose columns all have the types
+    ``schema`` gives them."""
+    if not files:
+        return []
+    try:
+        listed = sql.path_list(files)
+        union = {r[0]: r[1] for r in con.execute(f"describe select * from read_parquet({listed}, "
+                                                  "union_by_name = true, hive_partitioning = false)").fetchall()}
+        lacking = con.execute(f"select file_name from parquet_schema({listed}) group by file_name "
+                              "having not list_has_all(list(name), ?)", [list(required)]).fetchall()
+        if not lacking and _fits(union, _duckdb_types(con, schema)):
+            return list(files)
+    except duckdb.Error:
+        pass  # a file that is not Parquet at all: find it below
+    kept = [f for f in files if _file_fits(f, schema, required)]
+    for f in sorted(set(files) - set(kept)):
+        log.warning("left out %s: its columns are not those Amber writes there; move it out of the warehouse", f)
+    return kept
+
+
+def _fits(columns: dict[str, str], expected: dict[str, str]) -> bool:
+    return all(expected.get(name, kind) == kind for name, kind in columns.items())
+
+
+def _duckdb_types(con: duckdb.DuckDBPyConnection, schema: pa.Schema) -> dict[str, str]:
+    con.register("_amber_expected", schema.empty_table())
+    try:
+        return {r[0]: r[1] for r in con.execute("describe select * from _amber_expected").fetchall()}
+    finally:
+        con.unregister("_amber_expected")
+
+
+def _file_fits(path: Path, schema: pa.Schema, required: Collection[str]) -> bool:
+    try:
+        found = pq.read_schema(path)
+    except (OSError, pa.ArrowException):
+        return False
+    return set(required) <= set(found.names) and all(
+        schema.field(f.name).type == f.type for f in found if f.name in schema.names)
