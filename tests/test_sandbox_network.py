@@ -234,7 +234,10 @@ def test_an_idle_tunnel_is_closed_and_stop_ends_the_rest():
         finally:
             proxy.stop()
         with held:
-            assert held.recv(1) == b""  # stop() closed it
+            try:
+                assert held.recv(1) == b""  # stop() closed it
+            except ConnectionResetError:
+                pass  # closed too: one still in the listener's backlog when stop() closed it is reset
 
 
 # ==== real containers ========================================================================
