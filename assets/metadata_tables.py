@@ -73,7 +73,7 @@ def version_plots(cells: list[engine.CellScore], names: dict[str, str]) -> str:
 
 def comparisons(wh: Warehouse, benchmark_version_id: str | None = None) -> dict[str, dg.RawMetadataValue]:
     """The stored comparisons (of one Benchmark Version, or all) as a table, with their forest plot."""
-    with wh.query() as con:
+    with wh.query(names={"comparisons"}) as con:
         rows = con.execute("""select workspace, agent, better, worse, mean_difference, ci_low, ci_high,
                                      n_shared_tasks, too_close_to_call from comparisons
                               where ?::varchar is null or benchmark_version_id = ?

@@ -80,7 +80,7 @@ def load(wh: Warehouse, workspace: str, source: str) -> list[TrialEvidence]:
 
 def amber_job(wh: Warehouse, workspace: str, job_id: str) -> list[TrialEvidence]:
     """A Job's Trials that are results (not cancelled), each with what its folder adds."""
-    with wh.query(workspace) as con:
+    with wh.query(workspace, {"jobs"}) as con:
         if con.execute("select 1 from jobs where id = ?", [job_id]).fetchone() is None:
             raise AmberError(f"No Job {job_id} in Workspace {workspace}: list Jobs with `amber job status`.")
     rows = [row for path in sorted(wh.paths.trials.glob(f"*/{job_id}.parquet"))
@@ -150,7 +150,7 @@ def import_harbor(wh: Warehouse, workspace: str, path: Path) -> tuple[str, int]:
 
 
 def _imported(wh: Warehouse, workspace: str, source: str) -> list[TrialEvidence]:
-    with wh.query(workspace) as con:
+    with wh.query(workspace, {"imported_trials"}) as con:
         rows = con.execute("select * from imported_trials where source = ? order by folder, agent, model, "
                            "task_name, attempt", [source]).fetch_arrow_table().to_pylist()
     folders = sorted({r["folder"] for r in rows})

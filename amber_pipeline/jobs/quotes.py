@@ -234,7 +234,7 @@ class Used:
 
 def _history(wh: Warehouse, workspace: str, cell_key: str) -> dict[str, Used]:
     """Task -> what the cell's scored Trials of it used, in this Workspace."""
-    with wh.query(workspace) as con:
+    with wh.query(workspace, {"trials"}) as con:
         rows = con.execute("select task_name, count(*), sum(input_tokens), sum(cached_input_tokens), "
                            "sum(output_tokens), sum(duration_sec) from trials "
                            "where cell_key = ? and outcome = 'scored' group by task_name", [cell_key]).fetchall()
@@ -442,7 +442,7 @@ def to_finish(wh: Warehouse, workspace: str, job_id: str, version_id: str, cells
               tasks: Sequence[TaskFacts], trials_per_task: int, prices: Prices = PRICES) -> list[MissingCell]:
     """The Tasks of each cell of the Job with fewer scored Trials than asked for, and what finishing them would
     cost by the same per-Task estimate a Quote makes (the Job's own scored Trials now count as history)."""
-    with wh.query(workspace) as con:
+    with wh.query(workspace, {"trials"}) as con:
         scored = {(k, t): n for k, t, n in con.execute(
             "select cell_key, task_name, count(*) from trials where job_id = ? and outcome = 'scored' group by all",
             [job_id]).fetchall()}

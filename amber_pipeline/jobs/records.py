@@ -195,7 +195,7 @@ METERING_TOLERANCE = 0.01
 def metering_disagreements(wh: Warehouse, workspace: str, job_id: str) -> list[dict]:
     """Per Agent x Model Configuration of the Job, where the Agent's own token count differs from what the model
     proxy metered (and charged) by more than 1%: both counts, so a report can show them side by side."""
-    with wh.query(workspace) as con:
+    with wh.query(workspace, {"trials"}) as con:
         rows = con.execute("""
             select agent || '/' || model_configuration, sum(input_tokens), sum(agent_input_tokens),
                    sum(output_tokens), sum(agent_output_tokens)

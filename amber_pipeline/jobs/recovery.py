@@ -24,7 +24,6 @@ run again, and a cell no longer running is left as it is.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 
 import pyarrow.parquet as pq
@@ -108,27 +107,15 @@ def _remove_sandboxes(wh: Warehouse, job_id: str, cell_key: str) -> None:
 def sweep_sandboxes(wh: Warehouse) -> list[str]:
     """Remove sandboxes left under the run folder of a cell that is no longer running (its run died while the
     engine was down, say); the ids removed."""
-    from amber_pipeline.sandbox import docker_engine
-    from amber_pipeline.sandbox.environment import TRIAL_DIR_LABEL
+    from amber_pipeline.sandbox.environment import remove_sandboxes, sandboxes_under  # deferred: imports Harbor
 
-    runs = f"{wh.paths.runs.resolve()}/"
-    client = docker_engine.connect()
     left: dict[tuple[str, str], list] = {}
-    for container in client.containers.list(all=True, filters={"label": TRIAL_DIR_LABEL}, ignore_removed=True):
-        trial_dir = container.labels.get(TRIAL_DIR_LABEL, "")
-        if trial_dir.startswith(runs):
-            job_id, cell_folder = trial_dir[len(runs):].split("/")[:2]
-            left.setdefault((job_id, cell_folder), []).append(container)
+    for trial_dir, containers in sandboxes_under(wh.paths.runs).items():
+        job_id, cell_folder = trial_dir.split("/")[:2]
+        left.setdefault((job_id, cell_folder), []).extend(containers)
     if not left:
         return []
     with wh.read() as con:
         active = {(job_id, cell_file_id(key)) for job_id, key in con.execute(
             "select job_id, cell_key from job_cells where status in ('pending', 'running')").fetchall()}
-    removed = []
-    for owner, containers in left.items():
-        if owner not in active:
-            for container in containers:
-                with contextlib.suppress(Exception):
-                    container.remove(force=True)
-                    removed.append(container.id)
-    return removed
+    return remove_sandboxes([c for owner, containers in left.items() if owner not in active for c in containers])

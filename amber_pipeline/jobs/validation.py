@@ -121,7 +121,7 @@ def results(wh: Warehouse, upload: Upload) -> list[TaskValidation]:
     else:
         assert upload.validation_job_id is not None
         job = get_job(wh, upload.validation_job_id, upload.workspace)
-        with wh.query(upload.workspace) as con:
+        with wh.query(upload.workspace, {"trials"}) as con:
             rows = con.execute("select task_name, agent, reward, outcome, error_type, error_message from trials "
                                "where job_id = ?", [job.id]).fetchall()
         trials: dict[tuple[str, str], tuple] = {(r[0], r[1]): r[2:] for r in rows}

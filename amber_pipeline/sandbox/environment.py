@@ -429,17 +429,30 @@ def _run_exec(api, exec_id: str) -> tuple[bytes | None, bytes | None, int]:
     return stdout, stderr, api.exec_inspect(exec_id)["ExitCode"]
 
 
+def sandboxes_under(folder: Path) -> dict[str, list]:
+    """The sandboxes of Trials whose folders lie under ``folder`` (a cell's run folder, or every run's), by
+    their Trial folder relative to it."""
+    prefix = f"{folder.resolve()}/"
+    found: dict[str, list] = {}
+    client = docker_engine.connect()
+    for container in client.containers.list(all=True, filters={"label": TRIAL_DIR_LABEL}, ignore_removed=True):
+        trial_dir = container.labels.get(TRIAL_DIR_LABEL, "")
+        if trial_dir.startswith(prefix):
+            found.setdefault(trial_dir[len(prefix):], []).append(container)
+    return found
+
+
+def remove_sandboxes(containers: list) -> list[str]:
+    """Remove sandboxes (gone already is fine); their ids."""
+    for container in containers:
+        with contextlib.suppress(NotFound):
+            container.remove(force=True)
+    return [c.id for c in containers]
+
+
 def remove_sandboxes_under(run_dir: Path) -> list[str]:
     """Remove the sandboxes of Trials under a cell's run folder that a killed run left behind."""
-    client = docker_engine.connect()
-    prefix = f"{run_dir.resolve()}/"
-    removed = []
-    for container in client.containers.list(all=True, filters={"label": TRIAL_DIR_LABEL}, ignore_removed=True):
-        if container.labels.get(TRIAL_DIR_LABEL, "").startswith(prefix):
-            with contextlib.suppress(NotFound):
-                container.remove(force=True)
-            removed.append(container.id)
-    return removed
+    return remove_sandboxes([c for found in sandboxes_under(run_dir).values() for c in found])
 
 
 def _tar(files: Sequence[tuple[Path, PurePosixPath]], dirs: Sequence[tarfile.TarInfo] = ()) -> bytes:

@@ -15,7 +15,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from datetime import date
 from pathlib import Path
 
@@ -184,8 +184,11 @@ class Warehouse:
     # ---- SQL -----------------------------------------------------------------
 
     @contextlib.contextmanager
-    def query(self, workspace: str | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
-        """An in-memory DuckDB with the catalog attached read-only and the documented views.
+    def query(self, workspace: str | None = None,
+              names: Collection[str] = views.VIEW_NAMES) -> Iterator[duckdb.DuckDBPyConnection]:
+        """An in-memory DuckDB with the catalog attached read-only and the documented views (``names``: only
+        those and what they read, since each view over Parquet files reads their footers to leave out files
+        that are not Amber's).
 
         With a Workspace, every view shows only what that Workspace may see (its
         own rows, and public Benchmark Versions); None is Amber's own, unscoped view.
@@ -193,12 +196,11 @@ class Warehouse:
         with self.read():
             con = duckdb.connect()
             try:
-                con.execute(f"attach {sql.string(self.paths.catalog)} as catalog (read_only)")
-                views.create_views(con, self.paths, workspace)
+                con.execute(f"attach {sql.string(self.paths.catalog)} as {views.CATALOG} (read_only)")
+                views.build(con, self.paths, workspace, views.with_dependencies(names))
                 yield con
             finally:
                 con.close()
-
 
 def _file_id(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -33,7 +33,7 @@ def expire_transcripts(wh: Warehouse, now: datetime | None = None) -> list[Expir
     """Delete the transcripts of Trials that finished more than 90 days before `now`; idempotent."""
     now = now or datetime.now(UTC)
     cutoff = now - timedelta(days=TRANSCRIPT_DAYS)
-    with wh.query() as con:
+    with wh.query(names={"trials"}) as con:
         rows = con.execute("select distinct trial_dir, finished_at from trials where finished_at < ?",
                            [cutoff]).fetchall()
     expired = []

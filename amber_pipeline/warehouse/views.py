@@ -105,14 +105,6 @@ def with_dependencies(names: Collection[str]) -> frozenset[str]:
     return frozenset(wanted.union(*(d.reads for d in DERIVED_VIEWS if d.name in wanted)))
 
 
-def create_views(con: duckdb.DuckDBPyConnection, paths: AmberPaths, workspace: str | None) -> None:
-    """The documented views, each showing only what ``workspace`` may see (None: everything, Amber's own).
-
-    The catalog must be attached as ``catalog``, and stay attached while the views are read.
-    """
-    build(con, paths, workspace, VIEW_NAMES)
-
-
 def build(con: duckdb.DuckDBPyConnection, paths: AmberPaths, workspace: str | None, names: Collection[str],
           *, as_tables: bool = False) -> None:
     """Create the views among ``names`` (derived ones last, after what they read).
