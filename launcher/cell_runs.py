@@ -21,6 +21,7 @@ from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
 from amber_pipeline.jobs.records import CellLaunch
 from amber_pipeline.paths import PROJECT_ROOT
+from amber_pipeline.sandbox.engines import POOL_TAG
 from assets.cells import CELL_TAG, CELLS, JOB_TAG
 
 LOCATION = "amber"  # workspace.yaml's code location, whose runs the daemon's queue launches
@@ -28,9 +29,10 @@ CELL_JOB = "cell_job"
 
 
 def tags(cell: CellLaunch) -> dict[str, str]:
-    """A cell run's tags: its Job (to see one Job's runs together) and its cell key (the hashes its name
-    leaves out)."""
-    return {JOB_TAG: cell.job_id, CELL_TAG: cell.cell_key}
+    """A cell run's tags: its Job (to see one Job's runs together), its cell key (the hashes its name leaves
+    out) and its engine pool, which the run queue holds to the pool's slots (`placement.py`)."""
+    pool = {POOL_TAG: cell.pool} if cell.pool else {}
+    return {JOB_TAG: cell.job_id, CELL_TAG: cell.cell_key, **pool}
 
 
 def run_request(cell: CellLaunch) -> dg.RunRequest:

@@ -3,7 +3,8 @@
 #   1. a Python 3.12+ virtual environment in .venv with Amber installed;
 #   2. a Docker engine that answers (as root on Debian: installs docker.io and starts dockerd);
 #   3. the local base image amber-base:bookworm, built with debootstrap (no registry needed);
-#   4. Debian's chromium and chromium-driver for the browser test of the UI (as root on Debian).
+#   4. Debian's chromium and chromium-driver for the browser test of the UI (as root on Debian);
+#   5. the servers the scale-out tests start on loopback: Debian's postgresql and openssl (as root on Debian).
 # A second run finds everything in place and takes seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -85,6 +86,22 @@ if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver >/dev/null
   else
     say "no /usr/bin/chromium or /usr/bin/chromedriver: the browser test of the UI will skip (as root on Debian, this script installs them)"
+  fi
+fi
+# ---- 5. Servers of the scale-out tests ------------------------------------------
+# tests/servers/ starts its own PostgreSQL (as the postgres user, in its own folder and port) and a second
+# dockerd with TLS material made by openssl; nothing here starts them.
+missing=()
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)  # the ssh:// engine test runs its own sshd on loopback
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && [ -f /etc/debian_version ]; then
+    say "installing Debian's ${missing[*]} for the scale-out tests"
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    say "missing ${missing[*]}: the scale-out tests need them (as root on Debian, this script installs them)"
   fi
 fi
 say "ready: $(.venv/bin/python --version), Docker $(docker version -f '{{.Server.Version}}'), image $BASE_IMAGE"

@@ -1,19 +1,88 @@
 """Every test gets its own user config file, so no test reads or writes the developer's; and the shared
-fixtures: an AMBER_HOME in a temporary folder (subprocesses inherit it) and its warehouse."""
+fixtures: an AMBER_HOME in a temporary folder (subprocesses inherit it) and its warehouse; a PostgreSQL
+server, an S3 server and a second Docker engine on loopback; and `both_catalogs`, which runs a test on the
+DuckDB catalog and again on PostgreSQL."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
+import docker
 import pytest
+from servers import dockerd, postgres, s3
 
+from amber_pipeline.errors import AmberError
 from amber_pipeline.paths import AmberPaths
+from amber_pipeline.sandbox import docker_engine
 from amber_pipeline.warehouse.catalog import Warehouse
 
 
 @pytest.fixture(autouse=True)
 def _own_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AMBER_CONFIG", str(tmp_path / "amber-config.toml"))
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[postgres.PostgresServer]:
+    """One PostgreSQL server for the session (Debian's, started as the postgres user); a test takes a database
+    of its own with `create_database()`."""
+    with postgres.running() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[s3.S3Server]:
+    """One S3 server (moto) on loopback for the session; a test takes a bucket of its own."""
+    with s3.running() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def primary() -> docker.DockerClient:
+    """The machine's own engine, only ever read by the tests of several engines."""
+    try:
+        client = docker_engine.connect(timeout=30)
+        client.images.get(dockerd.BASE_IMAGE)
+    except AmberError as e:
+        pytest.skip(str(e))
+    except docker.errors.ImageNotFound:
+        pytest.skip(f"{dockerd.BASE_IMAGE} is not on the local engine: run `make setup`.")
+    return client
+
+
+@pytest.fixture(scope="session")
+def engine2(primary: docker.DockerClient) -> Iterator[dockerd.Dockerd]:
+    """A second dockerd (TLS on loopback) with the base image copied in, for the session; the primary engine's
+    pid and bridge are the same after it as before."""
+    if os.geteuid() != 0:
+        pytest.skip("A second Docker engine needs root.")
+    before = dockerd.primary_pid(), dockerd.PRIMARY_BRIDGE.exists()
+    with dockerd.running() as engine:
+        assert dockerd.PRIMARY_BRIDGE.exists() == before[1], "starting engine 2 took the primary's docker0 away"
+        loaded_in = engine.load_image(dockerd.BASE_IMAGE, primary)
+        print(f"engine 2 answered in {engine.started_in:.2f} s; {dockerd.BASE_IMAGE} loaded in {loaded_in:.1f} s")
+        yield engine
+    assert (dockerd.primary_pid(), dockerd.PRIMARY_BRIDGE.exists()) == before and primary.ping()
+
+
+@pytest.fixture
+def certs(tmp_path: Path) -> Path:
+    """A folder of the three TLS files an engine over tcp:// names; read only when connecting."""
+    folder = tmp_path / "certs"
+    folder.mkdir()
+    for name in ("ca.pem", "cert.pem", "key.pem"):
+        (folder / name).write_text("not read until connecting\n")
+    return folder
+
+
+@pytest.fixture(params=postgres.CATALOGS)
+def both_catalogs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The catalog and ledger on DuckDB, then on a new PostgreSQL database (AMBER_CATALOG_URL, which
+    subprocesses inherit). Used before `warehouse`, so the Warehouse is made on it."""
+    postgres.use_catalog(request.param, request, monkeypatch)
+    return request.param
 
 
 @pytest.fixture

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
+
+import pyarrow as pa
 
 from amber_pipeline.jobs import lifecycle
 from amber_pipeline.jobs.records import Job
@@ -15,7 +20,7 @@ from amber_pipeline.money import wallet, workspaces
 from amber_pipeline.money.identity import DEFAULT_WORKSPACE, Actor, local_user
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.warehouse.catalog import Warehouse
-from amber_pipeline.warehouse.schemas import trial_key
+from amber_pipeline.warehouse.schemas import TrialRecord, trial_key, trials_table
 
 if TYPE_CHECKING:
     from typer.testing import Result
@@ -111,3 +116,25 @@ def costs_and_charges(wh: Warehouse, job_id: str) -> tuple[dict[str, float], dic
         charges = dict(con.execute("select trial_key, amount::double from ledger where kind = 'charge' and "
                                    "job_id = ?", [job_id]).fetchall())
     return costs, charges
+
+
+def stop_group(process: subprocess.Popen) -> None:
+    """Stop a process a test started in a session of its own, with everything it started in that session."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+
+
+def trial_rows(workspace: str, job_id: str, n: int) -> pa.Table:
+    """``n`` scored Trial rows of one Workspace's Job, as a cell run stores them."""
+    at = datetime(2026, 12, 2, tzinfo=UTC)
+    return trials_table([TrialRecord(
+        workspace=workspace, job_id=job_id, cell_key=f"bv=x|agent=direct@1|mc={workspace}", benchmark_version_id="x",
+        task_name=f"{workspace}-task-{i}", attempt=1, trial_name=f"t{i}__1", agent="direct", agent_version="v",
+        model_configuration="replay-strong", outcome="scored", reward=float(i % 2), errored=False, retries=0,
+        error_type=None, error_message=None, input_tokens=10, output_tokens=5, cost_usd=0.001, started_at=at,
+        finished_at=at, duration_sec=1.0, image_id=None, trial_dir=f"/x/{workspace}/{i}") for i in range(n)])

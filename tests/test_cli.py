@@ -27,6 +27,7 @@ from amber_pipeline.jobs import lifecycle, records
 from amber_pipeline.money import wallet
 from amber_pipeline.money.identity import local_user
 from amber_pipeline.paths import PROJECT_ROOT
+from amber_pipeline.warehouse import storage
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.schemas import TrialRecord, trials_table
 
@@ -369,7 +370,7 @@ def test_a_failed_parquet_write_leaves_nothing(tmp_path: Path, monkeypatch: pyte
 
     monkeypatch.setattr(pq, "write_table", explode)
     with pytest.raises(OSError):
-        Warehouse.write_parquet(pa.table({"a": [1]}), target)
+        storage.write_local_parquet(pa.table({"a": [1]}), target)
     assert list(target.parent.iterdir()) == []
 
 

@@ -6,9 +6,7 @@ The webserver, daemon and warm worker run on the embedded instance of a temporar
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -19,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import funded
+from helpers import funded, stop_group
 
 from amber_pipeline.cli import embedded
 from amber_pipeline.jobs import cell_names, records
@@ -110,12 +108,7 @@ def _stop_group(proc: subprocess.Popen) -> None:
     """Stop `amber ui` as Ctrl-C would: it stops the webserver and the daemon it started."""
     if proc.poll() is not None:
         return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+    stop_group(proc)
     assert embedded.daemon_pid(AmberPaths.from_env()) is None, "amber ui left its daemon running"
 
 

@@ -43,6 +43,8 @@ from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.schemas import TrialRecord
 from assets.resources import WarehouseResource
 
+pytestmark = pytest.mark.usefixtures("both_catalogs")  # the money suite runs on DuckDB and on PostgreSQL
+
 DEMO = PROJECT_ROOT / "examples" / "demo-bench"
 STATES = ("quoted", "running", "completed", "cancelled", "ceiling_reached", "failed")
 LEGAL = {("quoted", "running"), ("quoted", "cancelled"), ("running", "completed"), ("running", "cancelled"),

@@ -14,13 +14,12 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers import cli, ok, refusal
+from helpers import cli, ok, refusal, trial_rows
 
 from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import lifecycle
@@ -28,7 +27,6 @@ from amber_pipeline.money.identity import local_user
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse import confined, views
 from amber_pipeline.warehouse.catalog import Warehouse
-from amber_pipeline.warehouse.schemas import TrialRecord, trials_table
 
 STATIC_BENCH = PROJECT_ROOT / "examples" / "static-bench"
 SECRET = "SECRET-INSTRUCTION-OF-ALICE-7731"
@@ -43,16 +41,6 @@ def amber(home: Path, user: str, *args: str):
 
 def bob(home: Path, query: str, *options: str):
     return amber(home, "bob", "--workspace", "b", "sql", query, *options)
-
-
-def trial_rows(workspace: str, job_id: str, n: int) -> pa.Table:
-    at = datetime(2026, 12, 2, tzinfo=UTC)
-    return trials_table([TrialRecord(
-        workspace=workspace, job_id=job_id, cell_key=f"bv=x|agent=direct@1|mc={workspace}", benchmark_version_id="x",
-        task_name=f"{workspace}-task-{i}", attempt=1, trial_name=f"t{i}__1", agent="direct", agent_version="v",
-        model_configuration="replay-strong", outcome="scored", reward=float(i % 2), errored=False, retries=0,
-        error_type=None, error_message=None, input_tokens=10, output_tokens=5, cost_usd=0.001, started_at=at,
-        finished_at=at, duration_sec=1.0, image_id=None, trial_dir=f"/x/{workspace}/{i}") for i in range(n)])
 
 
 @dataclass(frozen=True)

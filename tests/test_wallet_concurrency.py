@@ -26,6 +26,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from helpers import funded, race, submit
+from servers import postgres
 
 from amber_pipeline.cells import cell_file_id
 from amber_pipeline.jobs import cell_run as pipeline
@@ -82,7 +83,7 @@ WALLET_WORKER = textwrap.dedent("""
         job_id = f"job-{quote_id}"
         out["attempted"].append(quote_id)
         try:
-            with wh.write() as con:
+            with wh.write(workspace) as con:
                 wallet.reserve(con, workspace, quote_id, job_id, amount, datetime.now(UTC))
         except AmberError as e:
             if "available" not in str(e):
@@ -94,14 +95,14 @@ WALLET_WORKER = textwrap.dedent("""
         costs = [Decimal("0.012345"), Decimal("0.000001"), Decimal("0.031"),
                  Decimal("0.5") if n % 3 == 0 else Decimal("0.004321")]  # 0.5: past any Quote, the ceiling
         for pair in (0, 2):  # two transactions of two charges each
-            with wh.write() as con:
+            with wh.write(workspace) as con:
                 for key, cost in zip(keys[pair:pair + 2], costs[pair:pair + 2]):
                     got = wallet.charge(con, workspace, quote_id, job_id, key, cost)
                     out["charges"].append([key, quote_id, str(got.amount)])
-        with wh.write() as con:  # a retried write of an attempt charged above
+        with wh.write(workspace) as con:  # a retried write of an attempt charged above
             again = wallet.charge(con, workspace, quote_id, job_id, keys[0], costs[0])
         out["retry_nonzero"] += again.amount != 0
-        with wh.write() as con:
+        with wh.write(workspace) as con:
             left = wallet.release(con, workspace, quote_id, job_id, "done")
         out["released"].append([quote_id, str(left)])
     print(json.dumps(out), flush=True)
@@ -133,6 +134,7 @@ def replay(rows: list[tuple]) -> tuple[Decimal, Decimal, list[str]]:
     return balance, reserved, broken
 
 
+@pytest.mark.usefixtures("both_catalogs")  # on DuckDB and on PostgreSQL
 def test_racing_processes_never_overdraw_and_charge_each_attempt_once(warehouse: Warehouse) -> None:
     funded(warehouse, WORKSPACE, "0.30")  # small: the workers run out and must be refused
     topped_up = []
@@ -201,6 +203,7 @@ def test_racing_processes_never_overdraw_and_charge_each_attempt_once(warehouse:
 
 # ---- 2. a retried charge ----------------------------------------------------------------------------------------
 
+@pytest.mark.usefixtures("both_catalogs")  # on DuckDB and on PostgreSQL
 def test_a_retried_charge_writes_one_entry(warehouse: Warehouse) -> None:
     funded(warehouse, WORKSPACE, "10")
     now = datetime.now(UTC)
@@ -233,6 +236,7 @@ def test_a_retried_charge_writes_one_entry(warehouse: Warehouse) -> None:
 
 
 
+@pytest.mark.usefixtures("both_catalogs")  # on DuckDB and on PostgreSQL
 def test_a_batch_of_charges_stops_at_the_quote_and_charges_each_key_once(warehouse: Warehouse) -> None:
     """The static fast path charges Trials in batches: the same rules as one by one, in order."""
     funded(warehouse, WORKSPACE, "10")
@@ -299,8 +303,8 @@ class CrashRun:
     left_after_restart: list[str]
 
 
-@pytest.fixture(scope="module")
-def crash(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CrashRun]:
+@pytest.fixture(scope="module", params=postgres.CATALOGS)
+def crash(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CrashRun]:
     tmp = tmp_path_factory.mktemp("crash")
     suffix = uuid.uuid4().hex[:6]  # Task names, and so sandbox labels, of this test alone
     names = [f"{task}-{suffix}" for task in CRASH_TASKS]
@@ -314,6 +318,7 @@ def crash(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CrashRun]:
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("AMBER_HOME", str(tmp / "amber"))
             mp.setenv("AMBER_CONFIG", str(tmp / "amber-config.toml"))
+            postgres.use_catalog(request.param, request, mp)
             # A Quote well above what a nop Trial costs, so the Job is not stopped at its ceiling.
             mp.setitem(quotes.PRIORS, "nop", quotes.Prior(0, 0, 600.0))
             wh = Warehouse(AmberPaths.from_env())

@@ -29,7 +29,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from amber_pipeline.analysis import source_paths
 from amber_pipeline.analysis.evidence import TrialEvidence
@@ -46,6 +45,7 @@ from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import outcomes
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.schemas import EVIDENCE_SCHEMA, TrialRecord
+from amber_pipeline.warehouse.storage import StoredFile
 
 FIELDS = [f.name for f in dataclasses.fields(TrialEvidence)]
 
@@ -83,43 +83,66 @@ def amber_job(wh: Warehouse, workspace: str, job_id: str) -> list[TrialEvidence]
     with wh.query(workspace, {"jobs"}) as con:
         if con.execute("select 1 from jobs where id = ?", [job_id]).fetchone() is None:
             raise AmberError(f"No Job {job_id} in Workspace {workspace}: list Jobs with `amber job status`.")
-    rows = [row for path in sorted(wh.paths.trials.glob(f"*/{job_id}.parquet"))
-            for row in pq.read_table(derive(wh, path)).to_pylist() if row["workspace"] == workspace]
+    rows = [row for stored in wh.store.files(wh.paths.trials, f"*/{job_id}.parquet")
+            for row in _rows(wh, derive(wh, stored.path, stored)) if row["workspace"] == workspace]
     evidence = [TrialEvidence(**{k: row[k] for k in FIELDS}) for row in rows]
     return sorted(evidence, key=lambda e: (e.route, e.task_name, e.attempt))
 
 
-def derive(wh: Warehouse, trial_file: Path) -> Path:
-    """The evidence file of one stored Trial file, derived now unless it is there for this version of the file."""
-    st = trial_file.stat()
+def derive(wh: Warehouse, trial_file: Path, listed: StoredFile | None = None) -> Path:
+    """The evidence file of one stored Trial file (``listed``: its size and time, when the caller has them),
+    derived now unless it is there for this version of the file.
+
+    A Trial folder that is not on this machine is fetched from the result store first (`storage.py`); Trial
+    rows name the folder where it was made, which is the same place below AMBER_HOME here.
+    """
+    if listed is None:
+        st = trial_file.stat()
+        listed = StoredFile(trial_file, st.st_size, st.st_mtime_ns)
     folder = wh.paths.evidence / hashlib.sha256(str(trial_file).encode()).hexdigest()[:24]
-    stored = folder / f"{st.st_size}-{st.st_mtime_ns}.parquet"
-    if stored.exists():
+    stored = folder / f"{listed.size}-{listed.mtime_ns}.parquet"
+    if wh.store.exists(stored):
         return stored
-    records = [TrialRecord.model_validate(r) for r in pq.read_table(trial_file).to_pylist()]
-    wh.write_parquet(_table([(r.workspace, Path(r.trial_dir).parent, _of_record(r)) for r in records
-                             if r.outcome != outcomes.Kind.CANCELLED]), stored)
-    for old in folder.glob("*.parquet"):
-        if old != stored:
-            old.unlink(missing_ok=True)
+    records = [TrialRecord.model_validate(r) for r in _rows(wh, trial_file)]
+    for cell_dir in {_here(wh, r.trial_dir).parent for r in records}:
+        wh.store.fetch_folder(cell_dir)
+    wh.write_parquet(_table([(r.workspace, Path(r.trial_dir).parent, _of_record(r, _here(wh, r.trial_dir)))
+                             for r in records if r.outcome != outcomes.Kind.CANCELLED]), stored)
+    for old in wh.store.files(folder, "*.parquet"):
+        if old.path != stored:
+            wh.store.remove(old.path)
     return stored
+
+
+def _rows(wh: Warehouse, path: Path) -> list[dict]:
+    table = wh.read_parquet(path)
+    return [] if table is None else table.to_pylist()
+
+
+def _here(wh: Warehouse, trial_dir: str) -> Path:
+    """Where a Trial folder is on this machine: as named, or at the same place below this AMBER_HOME
+    (``runs/<job>/<cell>/<trial>``) when another machine with another home ran it."""
+    path = Path(trial_dir)
+    if not wh.store.remote or path.is_relative_to(wh.paths.runs) or path.exists() or len(path.parts) < 4:
+        return path
+    return wh.paths.runs.joinpath(*path.parts[-3:])
 
 
 def refresh(wh: Warehouse) -> int:
     """Derive the evidence of every stored Trial file that has none yet (for the `failure_causes` view)."""
     files = wh.trial_files()
-    for path, _, _ in files:
-        derive(wh, path)
+    for path, size, mtime_ns in files:
+        derive(wh, path, StoredFile(path, size, mtime_ns))
     return len(files)
 
 
-def _of_record(r: TrialRecord) -> TrialEvidence:
+def _of_record(r: TrialRecord, trial_dir: Path) -> TrialEvidence:
     return TrialEvidence(
         source=r.job_id, trial_name=r.trial_name, task_name=r.task_name, agent=r.agent,
         model=None if r.model_configuration == NO_MODEL else r.model_configuration, attempt=r.attempt,
         reward=r.reward, errored=r.errored, exception_type=r.error_type, started_at=r.started_at,
         finished_at=r.finished_at, input_tokens=r.input_tokens, output_tokens=r.output_tokens,
-        cost_usd=r.cost_usd, trial_dir=r.trial_dir, **trial_facts(Path(r.trial_dir)))
+        cost_usd=r.cost_usd, trial_dir=r.trial_dir, **trial_facts(trial_dir))
 
 
 def _table(evidence: Sequence[tuple[str, Path, TrialEvidence]]) -> pa.Table:

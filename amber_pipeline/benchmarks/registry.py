@@ -27,11 +27,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-import duckdb
-
 from amber_pipeline.benchmarks.versions import BenchmarkVersion, FolderTasks, open_snapshot, read_folder
 from amber_pipeline.errors import AmberError
-from amber_pipeline.warehouse.catalog import Warehouse
+from amber_pipeline.warehouse.catalog import Connection, Warehouse
 
 PUBLIC = "public"
 LABEL = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)@(?P<version>[A-Za-z0-9._+-]+)$")
@@ -97,18 +95,18 @@ def label_of(wh: Warehouse, folder: FolderTasks, owner: str) -> str:
         return _label(con, folder.version, owner, None, published=True)[0]
 
 
-def record_folder(con: duckdb.DuckDBPyConnection, folder: FolderTasks, owner: str) -> str:
+def record_folder(con: Connection, folder: FolderTasks, owner: str) -> str:
     """Record a folder's Tasks as a published Version of the owner inside the caller's catalog transaction (its
     files are moved in by the caller, `FolderTasks.staged`): its label, the existing one for the same Tasks."""
     return _record(con, folder.version, owner, label=None, origin="folder", source=str(folder.source), published=True)
 
 
-def publish(con: duckdb.DuckDBPyConnection, version: BenchmarkVersion, owner: str) -> str:
+def publish(con: Connection, version: BenchmarkVersion, owner: str) -> str:
     """Publish a snapshot of a Workspace's validated Tasks: its label (the existing one for the same Tasks)."""
     return _record(con, version, owner, label=None, origin="upload", source=None, published=True)
 
 
-def _label(con: duckdb.DuckDBPyConnection, version: BenchmarkVersion, owner: str, label: str | None,
+def _label(con: Connection, version: BenchmarkVersion, owner: str, label: str | None,
            published: bool) -> tuple[str, tuple | None, int]:
     """(label, the Version's row for the owner if it has one, its number): the row's label when it is already
     recorded as asked, else ``label`` or the next ``name@N``."""
@@ -123,7 +121,7 @@ def _label(con: duckdb.DuckDBPyConnection, version: BenchmarkVersion, owner: str
     return label or f"{version.name}@{number}", row, number
 
 
-def _record(con: duckdb.DuckDBPyConnection, version: BenchmarkVersion, owner: str, *, label: str | None,
+def _record(con: Connection, version: BenchmarkVersion, owner: str, *, label: str | None,
             origin: str, source: str | None, published: bool) -> str:
     label, row, number = _label(con, version, owner, label, published)
     if row and (row[1] or not published):

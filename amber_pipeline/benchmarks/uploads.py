@@ -180,4 +180,6 @@ def release(wh: Warehouse, version_id: str) -> None:
                            "select 1 from uploads where benchmark_version_id = ? and status in ('checked', "
                            "'validating', 'validated')", [version_id, version_id]).fetchone()
     if not held:
-        shutil.rmtree(wh.paths.benchmarks / version_id, ignore_errors=True)
+        shutil.rmtree(wh.paths.benchmarks / version_id, ignore_errors=True)  # this machine's copy
+        if wh.store.remote:
+            wh.store.remove(wh.paths.benchmarks / version_id)  # and the stored one, which other machines fetch

@@ -17,6 +17,11 @@ Reading a folder (`read_folder`) writes nothing, so a Quote that is refused
 leaves no trace; its Tasks are copied to a hidden temporary folder of the
 store and moved into place only once the Quote is made (`FolderTasks.staged`).
 A crash in between leaves at most that hidden folder, which nothing reads.
+
+With a remote result store (AMBER_STORAGE_URL, `warehouse/storage.py`) a
+snapshot is copied up once it is moved into place, and a machine that lacks
+it fetches it into the same folder of its own store when it opens it. The
+store is that of the AMBER_HOME the snapshot folder (``store``) lies in.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from pathlib import Path
 
 from amber_pipeline.benchmarks.tasks import TaskSpec, find_task_dirs, load_task
 from amber_pipeline.errors import AmberError
+from amber_pipeline.warehouse import storage
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,7 @@ class FolderTasks:
                 except OSError:
                     if not root.is_dir():  # another process stored the same version first: that is fine
                         raise
+                _result_store(self.store).put_folder(root)
                 return replace(self.version, root=root)
 
             yield move_in
@@ -163,8 +170,13 @@ def snapshot(source: Path, store: Path, name: str | None = None, *, folders: Seq
 def open_snapshot(version_id: str, name: str, store: Path, allowed_hosts: Sequence[str] = ()) -> BenchmarkVersion:
     """Reopen a stored Benchmark Version by id (the copy is already checked)."""
     root = store / version_id
-    if not root.is_dir():
+    if not _result_store(store).fetch_folder(root):
         raise AmberError(f"The files of Benchmark Version {version_id[:12]} are missing from {store}: "
                          "submit its folder again to restore them.")
     tasks = tuple(load_task(d, root) for d in find_task_dirs(root))
     return BenchmarkVersion(id=version_id, name=name, tasks=tasks, root=root, allowed_hosts=tuple(allowed_hosts))
+
+
+def _result_store(snapshots: Path) -> storage.LocalStore:
+    """The result store of the AMBER_HOME whose snapshot folder (``benchmarks/``) is ``snapshots``."""
+    return storage.store(snapshots.parent)

@@ -3,8 +3,12 @@
 Started as plain processes (`dagster-daemon run` with the warm worker beside
 it; `dagster-webserver` for the UI) with DAGSTER_HOME and AMBER_HOME set, so
 every run they launch sees the same warehouse. One daemon per instance: the UI
-uses the one that runs, or starts one and stops it again when it exits. This
-module spawns them; it never imports dagster.
+uses the one that runs, or starts one and stops it again when it exits. The
+instance is made from the dagster.yaml the settings name (the repository's
+unless AMBER_DAGSTER_CONFIG says otherwise: deploy/ holds variants on
+PostgreSQL with other run launchers), and the daemon and the UI load the code
+location themselves or from a code server over gRPC (deploy/workspace.grpc.yaml).
+This module spawns them; it never imports dagster.
 """
 
 from __future__ import annotations
@@ -18,21 +22,48 @@ import sys
 import time
 from pathlib import Path
 
-from amber_pipeline import warm_worker
+import yaml
+
+from amber_pipeline import settings, warm_worker
 from amber_pipeline.errors import AmberError
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
+from amber_pipeline.sandbox import engines
+from amber_pipeline.warehouse import files
 
-WORKSPACE = PROJECT_ROOT / "workspace.yaml"
 WARM_WORKER_START_SEC = 30
+# Amber's backend settings, which a run launcher passes to run workers by name (deploy/dagster.docker.yaml):
+# one unset here passes as empty, which `settings` reads as its default, so a worker elsewhere never uses
+# another catalog or store than the daemon's, and Dagster never refuses to launch for a name it cannot find.
+WORKER_SETTINGS = ("AMBER_CATALOG_URL", "AMBER_STORAGE_URL", "AMBER_SANDBOX_HOSTS")
 
 
 def environment(paths: AmberPaths) -> dict[str, str]:
-    """The environment of the Dagster processes: the instance and warehouse of this AMBER_HOME."""
+    """The environment of the Dagster processes: the instance (made from the dagster.yaml the settings name)
+    and warehouse of this AMBER_HOME."""
     paths.ensure()
-    shutil.copyfile(PROJECT_ROOT / "dagster.yaml", paths.dagster_home / "dagster.yaml")
-    return {**os.environ, "DAGSTER_HOME": str(paths.dagster_home), "AMBER_HOME": str(paths.home),
+    write_instance_config(paths.dagster_home / "dagster.yaml")
+    return {**dict.fromkeys(WORKER_SETTINGS, ""), **os.environ,
+            "DAGSTER_HOME": str(paths.dagster_home), "AMBER_HOME": str(paths.home),
             "LITELLM_LOCAL_MODEL_COST_MAP": "True", "HARBOR_TELEMETRY": "off",
             "DAGSTER_DAEMON_HEARTBEAT_TOLERANCE": "60"}
+
+
+def write_instance_config(path: Path) -> None:
+    """The instance's dagster.yaml: the one the settings name, with, when AMBER_SANDBOX_HOSTS lists engines, a
+    limit per engine pool on the runs tagged with it (its slots), and room for all of them at once."""
+    source = settings.dagster_config()
+    if settings.sandbox_hosts_file() is None:
+        shutil.copyfile(source, path)
+        return
+    config = yaml.safe_load(source.read_text()) or {}
+    runs = config.setdefault("concurrency", {}).setdefault("runs", {})
+    pools = engines.pools()
+    limits = [t for t in runs.get("tag_concurrency_limits", []) if t.get("key") != engines.POOL_TAG]
+    runs["tag_concurrency_limits"] = limits + [{"key": engines.POOL_TAG, "value": pool, "limit": slots}
+                                               for pool, slots in sorted(pools.items())]
+    runs["max_concurrent_runs"] = max(int(runs.get("max_concurrent_runs", 0)), sum(pools.values()))
+    files.write_text(path, f"# Made from {source} and AMBER_SANDBOX_HOSTS by `amber`; edit those.\n"
+                     + yaml.safe_dump(config, sort_keys=False))
 
 
 def _bin(name: str) -> str:
@@ -64,9 +95,12 @@ def _alive(pid_file: Path) -> int | None:
         return None
 
 
-def start_daemon(paths: AmberPaths) -> int:
+def start_daemon(paths: AmberPaths, workspace: Path | None = None) -> int:
     """Start the Dagster daemon and the warm worker in the background unless the daemon runs already; return
-    the daemon's pid once the warm worker answers (its imports take a few seconds, once)."""
+    the daemon's pid once the warm worker answers (its imports take a few seconds, once). ``workspace`` says
+    where the daemon finds the code location: loaded by itself (workspace.yaml), or served by a code server
+    over gRPC (deploy/workspace.grpc.yaml); None: the one AMBER_DAGSTER_WORKSPACE names."""
+    workspace = workspace or settings.dagster_workspace()
     pid = daemon_pid(paths)
     if pid is not None:
         return pid
@@ -76,7 +110,7 @@ def start_daemon(paths: AmberPaths) -> int:
     worker = subprocess.Popen([sys.executable, "-m", "launcher.warm_worker"], cwd=PROJECT_ROOT, env=env,
                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     _worker_pid_file(paths).write_text(str(worker.pid))
-    proc = subprocess.Popen([_bin("dagster-daemon"), "run", "-w", str(WORKSPACE)], cwd=PROJECT_ROOT,
+    proc = subprocess.Popen([_bin("dagster-daemon"), "run", "-w", str(workspace)], cwd=PROJECT_ROOT,
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     _pid_file(paths).write_text(str(proc.pid))
     deadline = time.monotonic() + WARM_WORKER_START_SEC
@@ -84,7 +118,8 @@ def start_daemon(paths: AmberPaths) -> int:
         if proc.poll() is not None or worker.poll() is not None:
             break
         time.sleep(0.2)
-    if proc.poll() is not None:
+    if proc.poll() is not None:  # a config it cannot load, say: its warm worker would serve nobody
+        _stop_group(_worker_pid_file(paths))
         raise AmberError(f"The Dagster daemon stopped at once: see {paths.dagster_home / 'daemon.log'}.")
     return proc.pid
 
@@ -118,14 +153,15 @@ def _stop_group(pid_file: Path) -> None:
     pid_file.unlink(missing_ok=True)
 
 
-def run_ui(paths: AmberPaths, host: str, port: int) -> int:
+def run_ui(paths: AmberPaths, host: str, port: int, workspace: Path | None = None) -> int:
     """The Dagster webserver on the embedded instance, in the foreground, with the instance's daemon: the one
-    that runs already, or one started here and stopped when the webserver exits."""
+    that runs already, or one started here (on the same workspace) and stopped when the webserver exits."""
+    workspace = workspace or settings.dagster_workspace()
     started_here = daemon_pid(paths) is None
     signal.signal(signal.SIGTERM, _interrupt)  # stopped like Ctrl-C, so the daemon started here stops too
     try:
-        start_daemon(paths)
-        return subprocess.call([_bin("dagster-webserver"), "-w", str(WORKSPACE), "-h", host, "-p", str(port)],
+        start_daemon(paths, workspace)
+        return subprocess.call([_bin("dagster-webserver"), "-w", str(workspace), "-h", host, "-p", str(port)],
                                cwd=PROJECT_ROOT, env=environment(paths))
     except KeyboardInterrupt:
         return 0

@@ -9,13 +9,11 @@ added only when that name is taken by another cell.
 
 from __future__ import annotations
 
-import duckdb
-
 from amber_pipeline.cells import NO_MODEL, Cell
-from amber_pipeline.warehouse.catalog import Warehouse
+from amber_pipeline.warehouse.catalog import Connection, Warehouse
 
 
-def assign(con: duckdb.DuckDBPyConnection, cells: list[Cell], benchmark_label: str) -> None:
+def assign(con: Connection, cells: list[Cell], benchmark_label: str) -> None:
     """Give each new cell a name people can read, unique for good: ``<benchmark label>/<agent>/<model>``.
 
     A name already taken by another cell (an Agent Version or Model Configuration changed under the same
@@ -44,9 +42,9 @@ def _candidate_names(cell: Cell, benchmark_label: str) -> list[str]:
             cell.key]
 
 
-def of(con: duckdb.DuckDBPyConnection, keys: list[str]) -> dict[str, str]:
+def of(con: Connection, keys: list[str]) -> dict[str, str]:
     """Cell key -> name (a cell recorded before names were given is named by its key)."""
-    rows = con.execute("select cell_key, name from cell_names where list_contains(?, cell_key)",
+    rows = con.execute("select cell_key, name from cell_names where cell_key in (select unnest(?))",
                        [keys]).fetchall() if keys else []
     return {key: key for key in keys} | dict(rows)
 

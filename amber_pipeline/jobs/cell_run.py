@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from amber_pipeline import failpoints
 from amber_pipeline.agents.catalog import agent_spec
-from amber_pipeline.jobs import lifecycle, records
+from amber_pipeline.jobs import lifecycle, placement, records
 from amber_pipeline.jobs.cell_models import TranscriptCall
 from amber_pipeline.jobs.outcomes import ProviderSignal
 from amber_pipeline.jobs.static_run import run_static_cell
@@ -66,6 +66,10 @@ def run_trials(wh: Warehouse, job_id: str, cell_key: str,
             output = run_cell(run, on_trial_done=lambda record: finished([record]), keep_going=keep_going)
         wh.write_parquet(trials_table(output.records), rows)  # in the order they were asked for; even none
         write_transcripts(wh, run, output.calls)
+        wh.store.put_folder(records.run_dir(wh, job_id, cell_key))  # its Trial folders, for other machines' reports
+    except placement.EngineLost as lost:
+        lifecycle.move_cell(wh, job_id, cell_key, str(lost))  # placed again at the next claim
+        raise
     except BaseException as exc:
         _failed(wh, job_id, cell_key, exc)
         raise

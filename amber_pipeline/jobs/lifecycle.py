@@ -21,8 +21,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import duckdb
-
 from amber_pipeline.agents.catalog import agent_spec
 from amber_pipeline.benchmarks import registry
 from amber_pipeline.benchmarks.tasks import no_benchmark, within_limits
@@ -37,7 +35,7 @@ from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.models.configurations import ModelConfiguration
 from amber_pipeline.money import wallet, workspaces
 from amber_pipeline.money.prices import PRICES, Prices, usd
-from amber_pipeline.warehouse.catalog import Warehouse
+from amber_pipeline.warehouse.catalog import Connection, Warehouse
 from amber_pipeline.warehouse.schemas import TrialRecord
 
 if TYPE_CHECKING:  # the runner imports the proxy and aiohttp: not for a CLI that only quotes and starts
@@ -51,13 +49,13 @@ EXPIRED = "Quote expired before the Job started"
 STOPPED_EARLY = ("ceiling_reached", "cancelled")
 
 
-def _scalar(con: duckdb.DuckDBPyConnection, query: str, params: list) -> Any:
+def _scalar(con: Connection, query: str, params: list) -> Any:
     row = con.execute(query, params).fetchone()
     assert row is not None, query
     return row[0]
 
 
-def transition(con: duckdb.DuckDBPyConnection, job_id: str, to: str, message: str | None = None,
+def transition(con: Connection, job_id: str, to: str, message: str | None = None,
                at: datetime | None = None) -> None:
     """Move a Job to another state, or refuse an illegal move."""
     current = _scalar(con, "select status from jobs where id = ?", [job_id])
@@ -220,7 +218,7 @@ def start(wh: Warehouse, workspace: str, quote_or_job_id: str, now: datetime | N
     if job.status == "cancelled" and job.message == EXPIRED:
         raise AmberError(f"Quote {made.id} expired at {made.expires_at.astimezone(UTC):%Y-%m-%d %H:%M:%S UTC}: "
                          "make a new one with `amber job quote`.")
-    with wh.write() as con:
+    with wh.write(workspace) as con:
         transition(con, job.id, "running", at=now)
     return get_job(wh, job.id, workspace)
 
@@ -272,7 +270,7 @@ def open_cell_run(wh: Warehouse, job_id: str, cell_key: str, prices: Prices = PR
               if job.purpose == "validation" else None)
     return CellRun(job_id, cell, version, job.trials_per_task, run_dir(wh, job_id, cell.key), job.workspace,
                    private=job.private, prices=prices, budget=share, allowed_providers=policy, paths=wh.paths,
-                   time_limits=limits)
+                   time_limits=limits, engine_pool=jc.engine_pool)
 
 
 def is_running(wh: Warehouse, job_id: str) -> bool:
@@ -282,7 +280,7 @@ def is_running(wh: Warehouse, job_id: str) -> bool:
 
 def start_cell(wh: Warehouse, job_id: str, cell_key: str) -> bool:
     """Mark a cell running, in one step with the check that its Job still runs and the cell was not stopped."""
-    with wh.write() as con:
+    with wh.write(job=job_id) as con:
         if _scalar(con, "select status from jobs where id = ?", [job_id]) == "running":
             updated = con.execute("update job_cells set status = 'running', started_at = now(), worker = ? "
                                   "where job_id = ? and cell_key = ? and status in ('pending', 'running') "
@@ -306,9 +304,10 @@ def charge_trials(wh: Warehouse, job_id: str, costs: list[tuple[str, float]]) ->
     ceiling_reached."""
     if not costs:
         return []
-    with wh.write() as con:
-        workspace, quote_id, status = con.execute("select workspace, quote_id, status from jobs where id = ?",
-                                                  [job_id]).fetchone() or (None, None, None)
+    with wh.write(job=job_id) as con:
+        row: tuple[str, str | None, str] | None = con.execute(
+            "select workspace, quote_id, status from jobs where id = ?", [job_id]).fetchone()
+        workspace, quote_id, status = row or ("", None, "")
         if quote_id is None:
             return [wallet.Charge(Decimal(0), ceiling_reached=False) for _ in costs]
         results = wallet.charge_many(con, workspace, quote_id, job_id, [(key, usd(cost)) for key, cost in costs])
@@ -332,7 +331,7 @@ def charge_records(wh: Warehouse, job_id: str, records: list[TrialRecord]) -> bo
 
 def reach_ceiling(wh: Warehouse, job_id: str, message: str) -> None:
     """The Job stops at its ceiling: no new Trial starts, pending cells are cancelled."""
-    with wh.write() as con:
+    with wh.write(job=job_id) as con:
         if _scalar(con, "select status from jobs where id = ?", [job_id]) == "running":
             transition(con, job_id, "ceiling_reached", message=message)
             con.execute("update job_cells set status = 'cancelled', finished_at = now() "
@@ -342,17 +341,32 @@ def reach_ceiling(wh: Warehouse, job_id: str, message: str) -> None:
 def end_cell(wh: Warehouse, job_id: str, cell_key: str, status: str, message: str | None = None) -> None:
     """Record that a cell stopped (done or failed); when the last cell stops, end the Job and refund the rest.
     A cell that already stopped (cancelled before it began) keeps its status."""
-    with wh.write() as con:
+    with wh.write(job=job_id) as con:
         con.execute("update job_cells set status = ?, message = ?, finished_at = now() "
                     "where job_id = ? and cell_key = ? and status in ('pending', 'running')",
                     [status, message, job_id, cell_key])
         _end_if_idle(con, job_id)
 
 
+def move_cell(wh: Warehouse, job_id: str, cell_key: str, reason: str) -> None:
+    """Hand a running cell back to be placed on another engine (`placement.py`): its engine stopped answering.
+    Its finished Trials keep their rows and charges. A Job that stopped meanwhile ends the cell instead."""
+    with wh.write(job=job_id) as con:
+        if _scalar(con, "select status from jobs where id = ?", [job_id]) == "running":
+            con.execute("update job_cells set status = 'pending', launched_at = null, started_at = null, "
+                        "engine_pool = null, worker = null, moves = coalesce(moves, 0) + 1, message = ? "
+                        "where job_id = ? and cell_key = ? and status = 'running'", [reason, job_id, cell_key])
+            return
+        con.execute("update job_cells set status = 'cancelled', finished_at = now(), message = ? "
+                    "where job_id = ? and cell_key = ? and status in ('pending', 'running')",
+                    [reason, job_id, cell_key])
+        _end_if_idle(con, job_id)
+
+
 def cancel(wh: Warehouse, workspace: str, job_id: str) -> Job:
     """Stop scheduling; running cells stop their in-flight Trials and the rest is refunded when they have."""
     get_job(wh, job_id, workspace)
-    with wh.write() as con:
+    with wh.write(workspace) as con:
         transition(con, job_id, "cancelled", message="cancelled by a user")
         con.execute("update job_cells set status = 'cancelled', finished_at = now() "
                     "where job_id = ? and status = 'pending'", [job_id])
@@ -360,15 +374,16 @@ def cancel(wh: Warehouse, workspace: str, job_id: str) -> Job:
     return get_job(wh, job_id, workspace)
 
 
-def _end_if_idle(con: duckdb.DuckDBPyConnection, job_id: str) -> None:
+def _end_if_idle(con: Connection, job_id: str) -> None:
     """With no cell left pending or running: a running Job ends (failed if a cell failed), and an ended
     Job's unspent reservation is refunded (once: the refund is keyed by its Quote)."""
     rows = con.execute("select status, message from job_cells where job_id = ? order by cell_key",
                        [job_id]).fetchall()
     if any(s in ACTIVE_CELL for s, _ in rows):
         return
-    job_status, workspace, quote_id = con.execute("select status, workspace, quote_id from jobs where id = ?",
-                                                  [job_id]).fetchone() or (None, None, None)
+    row: tuple[str, str, str | None] | None = con.execute(
+        "select status, workspace, quote_id from jobs where id = ?", [job_id]).fetchone()
+    job_status, workspace, quote_id = row or ("", "", None)
     if job_status == "running":
         failed = [m for s, m in rows if s == "failed"]
         job_status = "failed" if failed else "completed"

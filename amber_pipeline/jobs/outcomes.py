@@ -71,8 +71,8 @@ S, E, C = Kind.SCORED, Kind.ERRORED, Kind.CANCELLED
 AGENT_CAUSES = frozenset({"agent_budget", "agent_refusal", "agent_error"})
 _GROUPS: dict[Rule, tuple[str, ...]] = {
     Rule("sandbox", E, E, retry=True): (
-        "SSHAccessError", "GKEExecStreamClosedError", "GKEPodNotFoundError", "RuntimeRequestError",
-        "AddTestsDirError", "DownloadVerifierDirError"),
+        "EngineUnreachableError", "SSHAccessError", "GKEExecStreamClosedError", "GKEPodNotFoundError",
+        "RuntimeRequestError", "AddTestsDirError", "DownloadVerifierDirError"),
     Rule("task_environment", E, S, retry=True): (
         "EnvironmentStartTimeoutError", "SandboxBuildFailedError", "AgentSetupTimeoutError", "HealthcheckError",
         "SandboxLikelyOutOfMemoryError", "MemoryLimitExceededError"),

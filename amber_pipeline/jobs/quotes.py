@@ -38,7 +38,6 @@ from datetime import datetime, timedelta
 from decimal import ROUND_DOWN, Decimal
 from typing import Any
 
-import duckdb
 import requests
 from docker.errors import DockerException
 
@@ -52,7 +51,7 @@ from amber_pipeline.models.wire import Usage
 from amber_pipeline.money import wallet
 from amber_pipeline.money.prices import MICRO, PRICES, Prices, show, usd
 from amber_pipeline.sandbox import docker_engine
-from amber_pipeline.warehouse.catalog import Warehouse
+from amber_pipeline.warehouse.catalog import Connection, Warehouse
 
 LIFETIME = timedelta(hours=1)
 # The same Trials run again spend more or less: on a shared machine the demo's sandbox time changed by up to 36%
@@ -371,7 +370,7 @@ def with_ceiling(cells: list[CellQuote], ceiling: float | Decimal | None) -> lis
                       str(c.estimated + share), str(c.estimated)) for c, share in zip(cells, shares, strict=True)]
 
 
-def reserve(con: duckdb.DuckDBPyConnection, workspace: str, job_id: str, benchmark_label: str,
+def reserve(con: Connection, workspace: str, job_id: str, benchmark_label: str,
             cells: list[CellQuote], now: datetime, ceiling: float | Decimal | None = None) -> Quote:
     """Record the Quote and reserve its amount (the estimate, or a ceiling of the user's own above it) inside
     the caller's catalog transaction, or refuse it."""

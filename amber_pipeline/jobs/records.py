@@ -11,15 +11,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import duckdb
-import pyarrow.parquet as pq
-
 from amber_pipeline.benchmarks.registry import PUBLIC
 from amber_pipeline.cells import NO_MODEL, cell_file_id, model_name
 from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import cell_names
 from amber_pipeline.jobs.request import JobRequest
-from amber_pipeline.warehouse.catalog import Warehouse
+from amber_pipeline.warehouse.catalog import Connection, Warehouse
 
 FINAL = ("completed", "cancelled", "ceiling_reached", "failed")
 ACTIVE_CELL = ("pending", "running")
@@ -60,6 +57,7 @@ class JobCell:
     n_trials: int
     status: str
     message: str | None
+    engine_pool: str | None = None
 
     @property
     def label(self) -> str:
@@ -76,11 +74,15 @@ class CellLaunch:
     job_id: str
     cell_key: str
     cell_name: str  # the cell's name, its partition key in Dagster
+    pool: str | None = None  # the engine pool it was placed on (`placement.py`)
+    moves: int = 0  # times an engine that stopped answering handed it back
 
     @property
     def run_key(self) -> str:
-        """One run per Job and cell: a replayed request never starts a second."""
-        return f"{self.job_id}:{cell_file_id(self.cell_key)}"
+        """One run per Job and cell, and per placement: a replayed request never starts a second, and a cell
+        handed back by a dead engine gets a new one."""
+        placed = f":{self.moves}" if self.moves else ""
+        return f"{self.job_id}:{cell_file_id(self.cell_key)}{placed}"
 
 
 _JOB_SELECT = """select j.id, j.seq, j.workspace, j.benchmark_version_id, j.benchmark_owner, b.label,
@@ -115,24 +117,35 @@ def list_jobs(wh: Warehouse, workspace: str) -> list[Job]:
 
 def cells_of(wh: Warehouse, job_id: str) -> list[JobCell]:
     with wh.read() as con:
-        rows = con.execute("select job_id, cell_key, agent, model_configuration, n_trials, status, message "
-                           "from job_cells where job_id = ? order by agent, model_configuration",
+        rows = con.execute("select job_id, cell_key, agent, model_configuration, n_trials, status, message, "
+                           "engine_pool from job_cells where job_id = ? order by agent, model_configuration",
                            [job_id]).fetchall()
     return [JobCell(*r) for r in rows]
 
 
 def claim_cells(wh: Warehouse, job_id: str | None = None) -> list[CellLaunch]:
-    """Claim the pending cells of running Jobs (of one Job, or all) that nobody launched yet.
+    """Claim the pending cells of running Jobs (of one Job, or all) that nobody launched yet, each placed on an
+    engine pool (`placement.py`).
 
     The claim is one statement, so whichever launcher asks first (the warm worker told of a start,
     `submit_job`, or the sensor's tick) gets a cell and the others do not: each cell of a Job gets one run.
+    Placing asks the engines whether they answer, so it comes after, only for cells just claimed.
     """
+    from amber_pipeline.jobs import placement  # deferred: it imports the Docker SDK, which most commands never use
+
     with wh.write() as con:
         rows = con.execute("""update job_cells set launched_at = now() from jobs j
                               where j.id = job_cells.job_id and j.status = 'running' and job_cells.status = 'pending'
                                 and job_cells.launched_at is null and (?::varchar is null or j.id = ?)
-                              returning job_cells.job_id, job_cells.cell_key""", [job_id, job_id]).fetchall()
-        return _launches(con, rows)
+                              returning job_cells.job_id, job_cells.cell_key, job_cells.agent""",
+                           [job_id, job_id]).fetchall()
+    if not rows:
+        return []
+    pools = placement.answering_pools()
+    with wh.write() as con:
+        for (job, key), pool in placement.place(con, rows, pools).items():
+            con.execute("update job_cells set engine_pool = ? where job_id = ? and cell_key = ?", [pool, job, key])
+        return _launches(con, [(job, key) for job, key, _ in rows])
 
 
 def unstarted_claims(wh: Warehouse, older_than: timedelta) -> list[CellLaunch]:
@@ -145,10 +158,13 @@ def unstarted_claims(wh: Warehouse, older_than: timedelta) -> list[CellLaunch]:
         return _launches(con, rows)
 
 
-def _launches(con: duckdb.DuckDBPyConnection, rows: list[tuple]) -> list[CellLaunch]:
+def _launches(con: Connection, rows: list[tuple]) -> list[CellLaunch]:
     names = cell_names.of(con, [key for _, key in rows])
-    return sorted((CellLaunch(job_id, key, names[key]) for job_id, key in rows),
-                  key=lambda c: (c.job_id, c.cell_name))
+    placed = {(job, key): (pool, moves or 0) for job, key, pool, moves in con.execute(
+        "select job_id, cell_key, engine_pool, moves from job_cells where job_id in (select unnest(?))",
+        [sorted({job for job, _ in rows})]).fetchall()} if rows else {}
+    return sorted((CellLaunch(job_id, key, names[key], *placed.get((job_id, key), (None, 0)))
+                   for job_id, key in rows), key=lambda c: (c.job_id, c.cell_name))
 
 
 def version_of_cell(wh: Warehouse, cell_key: str) -> str:
@@ -180,9 +196,9 @@ def trials_finished(wh: Warehouse, job_id: str) -> int:
     done = 0
     for cell in cells_of(wh, job_id):
         file_id = cell_file_id(cell.cell_key)
-        stored = wh.trials_file(file_id, job_id)
-        if stored.is_file():
-            done += pq.ParquetFile(stored).metadata.num_rows
+        stored = wh.read_parquet(wh.trials_file(file_id, job_id), ["trial_key"])
+        if stored is not None:
+            done += stored.num_rows
         else:
             done += sum(1 for _ in (wh.paths.runs / job_id / file_id).glob("*/result.json"))
     return done
@@ -211,8 +227,8 @@ def metering_disagreements(wh: Warehouse, workspace: str, job_id: str) -> list[d
 def cell_verdict(wh: Warehouse, job_id: str, cell_key: str) -> tuple[str, str | None]:
     """How a cell whose Trials are stored ends: done, or failed when every Trial that ran errored (nothing was
     measured, so its Job must not read completed), naming the commonest error."""
-    path = wh.trials_file(cell_file_id(cell_key), job_id)
-    rows = pq.read_table(path, columns=["outcome", "error_type", "error_message"]).to_pylist() if path.is_file() else []
+    stored = wh.read_parquet(wh.trials_file(cell_file_id(cell_key), job_id), ["outcome", "error_type", "error_message"])
+    rows = [] if stored is None else stored.to_pylist()
     ran = [r for r in rows if r["outcome"] != "cancelled"]
     if not ran or any(r["outcome"] == "scored" for r in ran):
         return "done", None

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import logging
 
-import pyarrow.parquet as pq
-
+from amber_pipeline import settings
 from amber_pipeline.cells import cell_file_id
-from amber_pipeline.jobs import lifecycle, records, workers
+from amber_pipeline.errors import AmberError
+from amber_pipeline.jobs import lifecycle, placement, records, workers
+from amber_pipeline.sandbox import engines
 from amber_pipeline.scoring import store
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.schemas import TrialRecord, trials_table
@@ -58,18 +59,19 @@ def end_dead_cell(wh: Warehouse, job_id: str, cell_key: str, reason: str) -> str
     """Finish a cell whose run died (see the module's docstring); its new status, or None if it was not
     running."""
     with wh.read() as con:
-        row = con.execute("select c.status, c.n_trials, j.benchmark_version_id from job_cells c "
+        row = con.execute("select c.status, c.n_trials, j.benchmark_version_id, c.engine_pool from job_cells c "
                           "join jobs j on j.id = c.job_id where c.job_id = ? and c.cell_key = ?",
                           [job_id, cell_key]).fetchone()
     if row is None or row[0] != "running":
         return None
-    _, owed, version_id = row
-    _remove_sandboxes(wh, job_id, cell_key)
+    _, owed, version_id, pool = row
+    _remove_sandboxes(wh, job_id, cell_key, pool)
     stored = settle_rows(wh, job_id, cell_key)
     try:
+        wh.store.put_folder(records.run_dir(wh, job_id, cell_key))  # the Trial folders it left, as a run sends them
         store.write_version(wh, version_id, records.cells_of_version(wh, version_id))
-    except Exception as exc:  # noqa: BLE001 - the money settles even when scoring cannot run now
-        log.warning("cell %s of Job %s: scoring after its run died failed: %s", cell_key, job_id, exc)
+    except Exception as exc:  # noqa: BLE001 - the money settles even when the store or scoring cannot be reached
+        log.warning("cell %s of Job %s: storing and scoring after its run died failed: %s", cell_key, job_id, exc)
     if stored >= owed:
         status, message = records.cell_verdict(wh, job_id, cell_key)
         message = message or f"{reason}; its {stored} Trials were stored and scored by recovery"
@@ -83,22 +85,24 @@ def settle_rows(wh: Warehouse, job_id: str, cell_key: str) -> int:
     """Charge the cell's stored scored Trials not yet charged and make each row show its ledger charge; the
     number of Trials stored."""
     path = wh.trials_file(cell_file_id(cell_key), job_id)
-    if not path.is_file():
+    stored = wh.read_parquet(path)
+    if stored is None:
         return 0
-    rows = [TrialRecord(**r) for r in pq.read_table(path).to_pylist()]
+    rows = [TrialRecord(**r) for r in stored.to_pylist()]
     if lifecycle.charge_records(wh, job_id, rows):
         wh.write_parquet(trials_table(rows), path)
     return len(rows)
 
 
-def _remove_sandboxes(wh: Warehouse, job_id: str, cell_key: str) -> None:
-    """The dead run's containers and network; an engine that does not answer leaves them to the next sweep."""
+def _remove_sandboxes(wh: Warehouse, job_id: str, cell_key: str, pool: str | None) -> None:
+    """The dead run's containers (on its pool's engine) and network; an engine that does not answer leaves them
+    to the next sweep."""
     from amber_pipeline.jobs.trial_runner import network_name  # deferred: imports Harbor
     from amber_pipeline.sandbox.environment import remove_sandboxes_under
     from amber_pipeline.sandbox.network import NETWORK_LABEL, remove_sandbox_networks
 
     try:
-        remove_sandboxes_under(records.run_dir(wh, job_id, cell_key))
+        remove_sandboxes_under(records.run_dir(wh, job_id, cell_key), placement.engine_of(pool))
         remove_sandbox_networks({NETWORK_LABEL: network_name(job_id, cell_key)})
     except Exception as exc:  # noqa: BLE001 - the Docker engine may be down; the money settles regardless
         log.warning("cell %s of Job %s: sandboxes not removed yet: %s", cell_key, job_id, exc)
@@ -110,9 +114,17 @@ def sweep_sandboxes(wh: Warehouse) -> list[str]:
     from amber_pipeline.sandbox.environment import remove_sandboxes, sandboxes_under  # deferred: imports Harbor
 
     left: dict[tuple[str, str], list] = {}
-    for trial_dir, containers in sandboxes_under(wh.paths.runs).items():
-        job_id, cell_folder = trial_dir.split("/")[:2]
-        left.setdefault((job_id, cell_folder), []).extend(containers)
+    listed = [None] if settings.sandbox_hosts_file() is None else engines.engines()
+    for engine in listed:
+        try:
+            found = sandboxes_under(wh.paths.runs, engine)
+        except AmberError:  # an engine that does not answer is swept once it does
+            if len(listed) == 1:
+                raise
+            continue
+        for trial_dir, containers in found.items():
+            job_id, cell_folder = trial_dir.split("/")[:2]
+            left.setdefault((job_id, cell_folder), []).extend(containers)
     if not left:
         return []
     with wh.read() as con:

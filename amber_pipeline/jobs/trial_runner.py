@@ -37,7 +37,8 @@ from amber_pipeline.agents.connection import harbor_agent
 from amber_pipeline.benchmarks.tasks import TaskSpec
 from amber_pipeline.benchmarks.versions import BenchmarkVersion
 from amber_pipeline.cells import Cell
-from amber_pipeline.jobs import outcomes
+from amber_pipeline.errors import AmberError
+from amber_pipeline.jobs import outcomes, placement
 from amber_pipeline.jobs.budget import Budget
 from amber_pipeline.jobs.cell_models import CellModels, TranscriptCall, cell_models
 from amber_pipeline.models.configurations import model_configuration
@@ -47,12 +48,14 @@ from amber_pipeline.money.prices import PRICES, Prices
 from amber_pipeline.paths import AmberPaths
 from amber_pipeline.sandbox import agent_image, docker_engine
 from amber_pipeline.sandbox.egress import EgressProxy
+from amber_pipeline.sandbox.engines import Engine
 from amber_pipeline.sandbox.network import SandboxNetwork
 from amber_pipeline.warehouse.schemas import TrialRecord, trial_key
 
 DEFAULT_CONCURRENCY = 2
 WATCH_INTERVAL_SEC = 1.0
 ENGINE_WAIT_SEC = 120.0  # how long a retry waits for a Docker engine that stopped answering
+REMOTE_ENGINE_WAIT_SEC = 20.0  # as long for an engine on another machine: then the cell moves to another engine
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,7 @@ class CellRun:
     allowed_providers: frozenset[str] | None = None  # a private Benchmark's Provider policy
     paths: AmberPaths | None = None  # where the Workspace's own Model Configurations live
     time_limits: Mapping[str, float] | None = None  # per Task, seconds a Trial may run before it is stopped
+    engine_pool: str | None = None  # the engine pool it was placed on (`placement.py`); None: the local engine
 
     def trial_record(self, task: TaskSpec, attempt: int, retry: int, outcome: outcomes.Outcome, *,
                      agent_version: str, model_configuration: str, usage: Usage, model_calls: int, cost: Decimal,
@@ -110,21 +114,26 @@ def run_cell(run: CellRun, *, concurrency: int = DEFAULT_CONCURRENCY,
              keep_going: Callable[[], bool] | None = None) -> CellOutput:
     """Run the cell's Trials (Tasks x Trials per Task); one record per Trial that started, and their calls."""
     offline_litellm()
-    client = docker_engine.connect()
+    engine = placement.engine_of(run.engine_pool)
+    client = docker_engine.connect(engine)
     from amber_pipeline.sandbox.environment import remove_sandboxes_under  # deferred: imports Harbor
 
-    remove_sandboxes_under(run.run_dir)  # left by an earlier run of this cell that was killed
+    remove_sandboxes_under(run.run_dir, engine)  # left by an earlier run of this cell that was killed
     agent = agent_spec(run.cell.agent)
     mc = (model_configuration(run.cell.model_configuration, run.paths, run.workspace)
           if agent.needs_model else None)
     run.run_dir.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
-        sandboxes = Sandboxes()
+        sandboxes = Sandboxes(engine=engine)
         hosts = ["127.0.0.1"]
         net = None
         # An Agent that runs in the sandbox reaches the model proxy, and Tasks with a network allowlist reach
         # their hosts through the egress proxy, on the sandbox network's gateway; without either, no network.
-        if agent.software is not None or run.benchmark.allowed_hosts:
+        if placement.needs_sandbox_network(run.cell.agent, run.benchmark.allowed_hosts):
+            if engine is not None and not engine.local:
+                raise AmberError(f"This cell's sandboxes need a network to the model or egress proxy, which only "
+                                 f"an engine on this machine gives, and it was placed on {engine.name} "
+                                 f"({engine.url}): add a unix:// engine to AMBER_SANDBOX_HOSTS.")
             net = stack.enter_context(SandboxNetwork.create(network_name(run.job_id, run.cell.key), client=client))
             sandboxes.network, sandboxes.gateway = net.name, net.gateway
         if net is not None and agent.software is not None:
@@ -146,7 +155,7 @@ def run_cell(run: CellRun, *, concurrency: int = DEFAULT_CONCURRENCY,
             records = asyncio.run(runner.run_all(concurrency))
         finally:
             with contextlib.suppress(Exception):  # Harbor removes them; not when the engine restarted meanwhile
-                remove_sandboxes_under(run.run_dir)
+                remove_sandboxes_under(run.run_dir, engine)
         return CellOutput(records, models.calls if models else [])
 
 
@@ -159,10 +168,11 @@ class Sandboxes:
     network: str | None = None
     gateway: str | None = None
     egress_proxy: str | None = None  # the URL of the egress proxy to the Benchmark Version's allowlisted hosts
+    engine: Engine | None = None  # the engine they run on (None: DOCKER_HOST or the local socket)
 
     def kwargs(self) -> dict[str, str]:
         kwargs = {"amber_network": self.network, "amber_agent_software": self.software,
-                  "amber_egress_proxy": self.egress_proxy}
+                  "amber_egress_proxy": self.egress_proxy, "amber_engine": self.engine.name if self.engine else None}
         return {k: v for k, v in kwargs.items() if v is not None}
 
 
@@ -216,8 +226,12 @@ class _CellRunner:
                     record, retry_again = await self._trial(task, attempt, retry)
                     if not retry_again or retry == outcomes.MAX_RETRIES:
                         break
-                    # An engine that is restarting fails every attempt at once: retry once it answers again.
-                    await asyncio.to_thread(docker_engine.answers_within, ENGINE_WAIT_SEC)
+                    # An engine that is restarting fails every attempt at once: retry once it answers again. A
+                    # placed engine that does not answer by then hands the cell back, to go to another one.
+                    engine = self.sandboxes.engine
+                    wait = ENGINE_WAIT_SEC if engine is None or engine.local else REMOTE_ENGINE_WAIT_SEC
+                    if not await asyncio.to_thread(docker_engine.answers_within, wait, engine) and engine:
+                        raise placement.EngineLost(engine)
         except asyncio.CancelledError:
             return None  # stopped before it began
         if self.on_trial_done is not None:

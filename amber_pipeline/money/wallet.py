@@ -11,11 +11,12 @@ Four kinds of entry, all with non-negative amounts:
     reserved  = reservations - charges - refunds
     available = balance - reserved
 
-No entry is ever updated or deleted; every entry has a unique `entry_key`
-(a charge's is its Trial attempt), so a retried write, a restarted run or two
-racing processes write it once. Writes run inside the catalog's exclusive
-lock, so the check "is enough available" and the write are one step and the
-available amount never goes below zero.
+No entry is ever updated or deleted (on PostgreSQL the database refuses it);
+every entry has a unique `entry_key` (a charge's is its Trial attempt), so a
+retried write, a restarted run or two racing processes write it once. Every
+write holds its Workspace's lock (`warehouse/locks.py`), so the check "is
+enough available" and the write are one step and the available amount never
+goes below zero.
 """
 
 from __future__ import annotations
@@ -25,14 +26,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
-import duckdb
-
 from amber_pipeline.errors import AmberError
 from amber_pipeline.money import workspaces
 from amber_pipeline.money.amounts import parse_amount
 from amber_pipeline.money.identity import Actor
 from amber_pipeline.money.prices import show
-from amber_pipeline.warehouse.catalog import Warehouse
+from amber_pipeline.warehouse.catalog import Connection, Warehouse
+from amber_pipeline.warehouse.locks import lock_workspace
 
 
 @dataclass(frozen=True)
@@ -56,45 +56,45 @@ class WalletState:
 
 
 _SUMS = """select
-    coalesce(sum(amount) filter (where kind = 'credit'), 0),
-    coalesce(sum(amount) filter (where kind = 'reservation'), 0),
-    coalesce(sum(amount) filter (where kind = 'charge'), 0),
-    coalesce(sum(amount) filter (where kind = 'refund'), 0)
+    coalesce(sum(amount) filter (where kind = 'credit'), cast(0 as decimal(18, 6))),
+    coalesce(sum(amount) filter (where kind = 'reservation'), cast(0 as decimal(18, 6))),
+    coalesce(sum(amount) filter (where kind = 'charge'), cast(0 as decimal(18, 6))),
+    coalesce(sum(amount) filter (where kind = 'refund'), cast(0 as decimal(18, 6)))
     from ledger where {where}"""
 
 
-def state(con: duckdb.DuckDBPyConnection, workspace: str) -> WalletState:
+def state(con: Connection, workspace: str) -> WalletState:
     credit, reservation, charge, refund = _sums(con, "workspace = ?", [workspace])
     balance = credit - charge
     reserved = reservation - charge - refund
     return WalletState(workspace, balance, reserved, balance - reserved)
 
 
-def entries(con: duckdb.DuckDBPyConnection, workspace: str) -> list[Entry]:
+def entries(con: Connection, workspace: str) -> list[Entry]:
     rows = con.execute("select seq, created_at, kind, amount, reason, quote_id, job_id, trial_key "
                        "from workspace_ledger where workspace = ? order by seq", [workspace]).fetchall()
     return [Entry(*r) for r in rows]
 
 
-def quote_remaining(con: duckdb.DuckDBPyConnection, quote_id: str) -> Decimal:
+def quote_remaining(con: Connection, quote_id: str) -> Decimal:
     """What is left of a Quote's reservation: reserved - charged - refunded."""
     _, reservation, charge, refund = _sums(con, "quote_id = ?", [quote_id])
     return reservation - charge - refund
 
 
-def quote_totals(con: duckdb.DuckDBPyConnection, quote_id: str) -> tuple[Decimal, Decimal, Decimal]:
+def quote_totals(con: Connection, quote_id: str) -> tuple[Decimal, Decimal, Decimal]:
     """(reserved, charged, refunded) of one Quote."""
     _, reservation, charge, refund = _sums(con, "quote_id = ?", [quote_id])
     return reservation, charge, refund
 
 
-def _sums(con: duckdb.DuckDBPyConnection, where: str, params: list) -> tuple[Decimal, ...]:
+def _sums(con: Connection, where: str, params: list) -> tuple[Decimal, ...]:
     row = con.execute(_SUMS.format(where=where), params).fetchone()
     assert row is not None
     return tuple(Decimal(v) for v in row)
 
 
-def _append(con: duckdb.DuckDBPyConnection, *, workspace: str, kind: str, amount: Decimal, entry_key: str,
+def _append(con: Connection, *, workspace: str, kind: str, amount: Decimal, entry_key: str,
             reason: str | None = None, quote_id: str | None = None, job_id: str | None = None,
             trial_key: str | None = None, at: datetime | None = None) -> bool:
     """Append one entry unless its key is already there; True when written."""
@@ -105,15 +105,17 @@ def _append(con: duckdb.DuckDBPyConnection, *, workspace: str, kind: str, amount
     return bool(written)
 
 
-def credit(con: duckdb.DuckDBPyConnection, workspace: str, amount: Decimal, reason: str, entry_key: str) -> None:
+def credit(con: Connection, workspace: str, amount: Decimal, reason: str, entry_key: str) -> None:
     if not reason.strip():
         raise AmberError("A Credit needs a reason: give --reason \"...\".")
+    lock_workspace(con, workspace)
     _append(con, workspace=workspace, kind="credit", amount=amount, reason=reason.strip(), entry_key=entry_key)
 
 
-def reserve(con: duckdb.DuckDBPyConnection, workspace: str, quote_id: str, job_id: str, amount: Decimal,
+def reserve(con: Connection, workspace: str, quote_id: str, job_id: str, amount: Decimal,
             at: datetime) -> None:
     """Set a Quote's amount aside (once), or refuse with the amount missing."""
+    lock_workspace(con, workspace)
     if con.execute("select 1 from ledger where entry_key = ?", [f"reservation:{quote_id}"]).fetchone():
         return
     available = state(con, workspace).available
@@ -131,18 +133,19 @@ class Charge:
     earlier: Decimal | None = None  # what this attempt was charged before, when it was (a restarted run)
 
 
-def charge(con: duckdb.DuckDBPyConnection, workspace: str, quote_id: str, job_id: str, trial_key: str,
+def charge(con: Connection, workspace: str, quote_id: str, job_id: str, trial_key: str,
            cost: Decimal) -> Charge:
     """Charge one Trial attempt, once, and never past its Quote: the Job's ceiling."""
     return charge_many(con, workspace, quote_id, job_id, [(trial_key, cost)])[0]
 
 
-def charge_many(con: duckdb.DuckDBPyConnection, workspace: str, quote_id: str, job_id: str,
+def charge_many(con: Connection, workspace: str, quote_id: str, job_id: str,
                 costs: list[tuple[str, Decimal]]) -> list[Charge]:
     """Charge Trial attempts (key, cost) in order, each once, and never past the Quote: the Job's ceiling.
 
     One read of the Quote's remainder and of earlier charges, then one insert, so a batch of a thousand
     static Trials costs one round trip, not a thousand."""
+    lock_workspace(con, workspace)
     remaining = quote_remaining(con, quote_id)
     keys = [f"charge:{key}" for key, _ in costs]
     earlier = dict(con.execute("select entry_key, amount from ledger where entry_key in (select unnest(?))",
@@ -171,8 +174,9 @@ def charge_many(con: duckdb.DuckDBPyConnection, workspace: str, quote_id: str, j
     return results
 
 
-def release(con: duckdb.DuckDBPyConnection, workspace: str, quote_id: str, job_id: str, reason: str) -> Decimal:
+def release(con: Connection, workspace: str, quote_id: str, job_id: str, reason: str) -> Decimal:
     """Refund what is left of a Quote's reservation, once."""
+    lock_workspace(con, workspace)
     left = quote_remaining(con, quote_id)
     if left <= 0:
         return Decimal(0)
@@ -186,7 +190,7 @@ def release(con: duckdb.DuckDBPyConnection, workspace: str, quote_id: str, job_i
 def add_credit(wh: Warehouse, actor: Actor, workspace: str, amount: str, reason: str) -> Decimal:
     """Staff add money to a Workspace's Wallet, with a reason."""
     value = parse_amount(amount, "--amount")
-    with wh.write() as con:
+    with wh.write(workspace) as con:
         if not workspaces.is_staff(con, actor.user):
             raise AmberError(f"Only Amber staff can add a Credit, and {actor.user} is not staff: "
                              "contact Amber staff to have one added.")

@@ -16,17 +16,15 @@ from __future__ import annotations
 import json
 import re
 
-import duckdb
-
 from amber_pipeline.errors import AmberError
 from amber_pipeline.money.identity import DEFAULT_WORKSPACE, Actor, check_user, local_user
 from amber_pipeline.money.user_text import quoted
-from amber_pipeline.warehouse.catalog import Warehouse
+from amber_pipeline.warehouse.catalog import Connection, Warehouse
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
-def is_staff(con: duckdb.DuckDBPyConnection, user: str) -> bool:
+def is_staff(con: Connection, user: str) -> bool:
     """Staff is a role; on the embedded default the local login user holds it."""
     if user == local_user():
         return True
@@ -45,7 +43,7 @@ def create(wh: Warehouse, actor: Actor, name: str) -> None:
         con.execute("insert into members values (?, ?)", [name, actor.user])
 
 
-def _same_name(con: duckdb.DuckDBPyConnection, name: str) -> str | None:
+def _same_name(con: Connection, name: str) -> str | None:
     """The Workspace named `name` ignoring case, if there is one (the exact name first)."""
     row = con.execute("select name from workspaces where lower(name) = lower(?) order by name = ? desc limit 1",
                       [name, name]).fetchone()
@@ -87,7 +85,7 @@ def acting_workspace(wh: Warehouse, actor: Actor) -> str:
                      "(see yours with `amber workspace list`).")
 
 
-def _require_member(con: duckdb.DuckDBPyConnection, user: str, workspace: str) -> None:
+def _require_member(con: Connection, user: str, workspace: str) -> None:
     row = con.execute("select 1 from members where workspace = ? and user_name = ?", [workspace, user]).fetchone()
     if row is None:
         raise AmberError(f"No Workspace {workspace} among yours: see yours with `amber workspace list`.")

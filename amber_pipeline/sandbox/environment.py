@@ -15,6 +15,15 @@ upload, download and stop. It enforces Amber's sandbox rules:
   with its default route removed and no name server (`network.isolate`), and
   with HTTP(S)_PROXY set to the egress proxy and NO_PROXY covering the
   gateway, where the model proxy listens;
+- it runs on the Docker engine named by kwarg `amber_engine` (one of
+  `engines.engines()`: a unix socket, tcp:// with mutual TLS, or ssh://), or
+  on DOCKER_HOST / the local socket without it. Nothing in a sandbox relies on
+  a path of the host that runs Amber (no bind mounts; files go in and out
+  through the engine's API, the image is built from a build context sent the
+  same way), so any engine runs it alike. An engine that lacks the Task's
+  image builds it (its base images must be on that engine). Sandbox networks
+  need the engine's host (its firewall and namespaces), so only an engine on a
+  unix socket takes `amber_network`;
 - containers are always removed by force when the Trial stops, so none
   outlives its Trial (`sleep infinity` ignores SIGTERM, so a polite stop
   would only wait out its timeout);
@@ -72,7 +81,8 @@ from harbor.environments.capabilities import EnvironmentCapabilities
 from harbor.environments.definition import environment_content_hash
 from harbor.models.trial.paths import EnvironmentPaths
 
-from amber_pipeline.sandbox import agent_image, docker_engine, egress, network
+from amber_pipeline.errors import AmberError
+from amber_pipeline.sandbox import agent_image, docker_engine, egress, engines, network
 
 IMAGE_REPOSITORY = "amber-env"
 SANDBOX_LABEL = "org.amber.sandbox"
@@ -98,15 +108,16 @@ def image_tag(environment_dir: Path, docker_image: str | None = None) -> str:
     return f"{IMAGE_REPOSITORY}:{environment_content_hash(environment_dir, docker_image=docker_image)}"
 
 
-def _connect() -> docker.DockerClient:
-    """A client of a sandbox's own. The first one of a process checks that the engine answers and learns its API
-    version; the others are given that version, so they cost no round trip (two, some 7 ms a Trial)."""
-    url = docker_engine.engine_url()
+def _connect(engine: engines.Engine | None = None) -> docker.DockerClient:
+    """A client of a sandbox's own, for ``engine`` (None: DOCKER_HOST or the local socket). The first one of a
+    process for an engine checks that it answers and learns its API version; the others are given that version,
+    so they cost no round trip (two, some 7 ms a Trial)."""
+    url = engine.url if engine else docker_engine.engine_url()
     if url not in _api_versions:
-        client = docker_engine.connect()
+        client = docker_engine.connect(engine)
         _api_versions[url] = client.api.api_version
         return client
-    return docker.DockerClient(base_url=url, version=_api_versions[url], timeout=_ENGINE_TIMEOUT_SEC)
+    return docker_engine.client(engine, version=_api_versions[url], timeout=_ENGINE_TIMEOUT_SEC)
 
 
 def _build_lock(tag: str) -> threading.Lock:
@@ -118,13 +129,18 @@ class AmberSandbox(BaseEnvironment):
     """One Docker container per Trial, driven through the Docker SDK."""
 
     def __init__(self, *args, amber_network: str | None = None, amber_egress_proxy: str | None = None,
-                 amber_agent_software: str | None = None, **kwargs):
+                 amber_agent_software: str | None = None, amber_engine: str | None = None, **kwargs):
         if amber_egress_proxy and not amber_network:
             raise ValueError("amber_egress_proxy needs amber_network: the egress proxy listens on its gateway")
+        self.engine = engines.named(amber_engine) if amber_engine else None
+        if amber_network and self.engine is not None and not self.engine.local:
+            raise AmberError(f"The sandbox network {amber_network} needs an engine on this host, and "
+                             f"{self.engine.name!r} is at {self.engine.url}: run networked Trials on a unix:// "
+                             "engine.")
         self._network_name = amber_network
         self._egress_proxy = amber_egress_proxy
         self._agent_software = amber_agent_software
-        self._client = _connect()
+        self._client = _connect(self.engine)
         self._container = None
         # Harbor's log folders still to go in (until then there and empty), and those that went in empty with
         # their mtime at the epoch; the lock keeps one copy in at a time, so a folder goes in once.
@@ -242,11 +258,16 @@ class AmberSandbox(BaseEnvironment):
         with self._lifecycle:
             self._stopped.set()
             container, self._container = self._container, None
-        if container is not None:
-            try:
-                await asyncio.to_thread(container.remove, force=True)
-            except NotFound:
-                pass
+        try:
+            if container is not None:
+                try:
+                    await asyncio.to_thread(container.remove, force=True)
+                except NotFound:
+                    pass
+        finally:
+            if self.engine is not None and self.engine.ssh is not None:
+                # An ssh client holds a login (a thread here, a session there) until closed, and no GC closes it.
+                self._client.close()
 
     # ---- commands ------------------------------------------------------------
 
@@ -429,12 +450,12 @@ def _run_exec(api, exec_id: str) -> tuple[bytes | None, bytes | None, int]:
     return stdout, stderr, api.exec_inspect(exec_id)["ExitCode"]
 
 
-def sandboxes_under(folder: Path) -> dict[str, list]:
+def sandboxes_under(folder: Path, engine: engines.Engine | None = None) -> dict[str, list]:
     """The sandboxes of Trials whose folders lie under ``folder`` (a cell's run folder, or every run's), by
-    their Trial folder relative to it."""
+    their Trial folder relative to it, on ``engine`` (None: DOCKER_HOST or the local socket)."""
     prefix = f"{folder.resolve()}/"
     found: dict[str, list] = {}
-    client = docker_engine.connect()
+    client = docker_engine.connect(engine)
     for container in client.containers.list(all=True, filters={"label": TRIAL_DIR_LABEL}, ignore_removed=True):
         trial_dir = container.labels.get(TRIAL_DIR_LABEL, "")
         if trial_dir.startswith(prefix):
@@ -450,9 +471,9 @@ def remove_sandboxes(containers: list) -> list[str]:
     return [c.id for c in containers]
 
 
-def remove_sandboxes_under(run_dir: Path) -> list[str]:
-    """Remove the sandboxes of Trials under a cell's run folder that a killed run left behind."""
-    return remove_sandboxes([c for found in sandboxes_under(run_dir).values() for c in found])
+def remove_sandboxes_under(run_dir: Path, engine: engines.Engine | None = None) -> list[str]:
+    """Remove the sandboxes of Trials under a cell's run folder that a killed run left behind on ``engine``."""
+    return remove_sandboxes([c for found in sandboxes_under(run_dir, engine).values() for c in found])
 
 
 def _tar(files: Sequence[tuple[Path, PurePosixPath]], dirs: Sequence[tarfile.TarInfo] = ()) -> bytes:

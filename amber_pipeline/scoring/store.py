@@ -38,7 +38,7 @@ from amber_pipeline.scoring import engine
 from amber_pipeline.scoring.bootstrap import DEFAULT_RESAMPLING, Resampling
 from amber_pipeline.warehouse import sql
 from amber_pipeline.warehouse.catalog import Warehouse
-from amber_pipeline.warehouse.files import locked, write_text
+from amber_pipeline.warehouse.files import locked
 from amber_pipeline.warehouse.fitting import fitting
 from amber_pipeline.warehouse.schemas import (
     CELL_RESULT_SCHEMA,
@@ -63,27 +63,29 @@ class Reaggregation:
     seconds: float
 
 
-def trial_rows(files: Sequence[Path]) -> str:
-    """The engine's rows over stored Trial files: every Trial that is a result (not cancelled with its Job)."""
+def trial_rows(files: Sequence[Path], scan: str | None = None) -> str:
+    """The engine's rows over stored Trial files (local paths, or ``scan``: a FROM-clause over them that the
+    store gave, `storage.py`): every Trial that is a result (not cancelled with its Job)."""
+    scan = scan or f"read_parquet({sql.path_list(files)}, union_by_name = true)"
     return f"""select workspace as scope, cell_key as cell, benchmark_version_id as benchmark, agent,
                       {agent_version_sql('cell_key')} as agent_version,
                       nullif(model_configuration, {sql.string(NO_MODEL)}) as model, task_name as task, reward,
                       errored, cost_usd, duration_sec
-               from read_parquet({sql.path_list(files)}, union_by_name = true)
+               from {scan}
                where outcome is distinct from 'cancelled'"""
 
 
 def cell_trial_files(wh: Warehouse, cell_key: str) -> list[Path]:
-    return sorted((wh.paths.trials / cell_file_id(cell_key)).glob("[!.]*.parquet"))
+    return [f.path for f in wh.store.files(wh.paths.trials / cell_file_id(cell_key), "*.parquet")]
 
 
 def write_cell(wh: Warehouse, cell_key: str) -> engine.Scores:
     """Score one cell over all its stored Trials (each Workspace's apart) and write its Rewards and aggregates."""
     with contextlib.closing(duckdb.connect()) as con:
-        scores = _score(con, cell_trial_files(wh, cell_key), DEFAULT_RESAMPLING)
+        scores = _score(con, wh, cell_trial_files(wh, cell_key), DEFAULT_RESAMPLING)
         written = _write_cells(con, wh, scores.cells)
     folder = cell_file_id(cell_key)
-    _remove_others([wh.paths.rewards / folder, wh.paths.aggregates / folder], written)
+    _remove_others(wh, [wh.paths.rewards / folder, wh.paths.aggregates / folder], written)
     return scores
 
 
@@ -96,24 +98,30 @@ def write_version(wh: Warehouse, benchmark_version_id: str, cell_keys: Sequence[
     """
     files = [f for key in sorted(set(cell_keys)) for f in cell_trial_files(wh, key)]
     with locked(wh.paths.aggregates / "_reaggregate.lock", fcntl.LOCK_EX), contextlib.closing(duckdb.connect()) as con:
-        scores = _score(con, files, DEFAULT_RESAMPLING)
+        scores = _score(con, wh, files, DEFAULT_RESAMPLING)
         written = _write_cells(con, wh, scores.cells)
-        _remove_others([root / cell_file_id(key) for key in cell_keys
+        _remove_others(wh, [root / cell_file_id(key) for key in cell_keys
                         for root in (wh.paths.rewards, wh.paths.aggregates)], written)
         path = comparisons_file(wh)
         ours = _comparison_table(con, scores.comparisons)
-        if path.is_file():  # the other versions' rows, as they were
-            kept = con.execute(f"select * from read_parquet({sql.string(str(path))}) "
-                               "where benchmark_version_id <> ?", [benchmark_version_id]).to_arrow_table()
+        stored = wh.read_parquet(path)
+        if stored is not None:  # the other versions' rows, as they were
+            con.register("_stored_comparisons", stored)
+            kept = con.execute("select * from _stored_comparisons where benchmark_version_id <> ?",
+                               [benchmark_version_id]).to_arrow_table()
+            con.unregister("_stored_comparisons")
             ours = pa.concat_tables([_as(COMPARISON_SCHEMA, kept), ours])
         wh.write_parquet(ours, path)
     return scores
 
 
-def _score(con: duckdb.DuckDBPyConnection, files: Sequence[Path], resampling: Resampling) -> engine.Scores:
+def _score(con: duckdb.DuckDBPyConnection, wh: Warehouse, files: Sequence[Path],
+           resampling: Resampling) -> engine.Scores:
     """The engine over stored Trial files (no file: no cell; a file that is not Amber's Trials is left out)."""
-    files = fitting(con, files, TRIAL_SCHEMA, TRIAL_REQUIRED)
-    return engine.score(con, trial_rows(files), resampling) if files else engine.Scores([], [])
+    files = fitting(con, files, TRIAL_SCHEMA, TRIAL_REQUIRED, wh.store)
+    if not files:
+        return engine.Scores([], [])
+    return engine.score(con, trial_rows(files, wh.store.scan(con, files, TRIAL_SCHEMA, "_trial_files")), resampling)
 
 
 def _write_cells(con: duckdb.DuckDBPyConnection, wh: Warehouse, cells: Sequence[engine.CellScore]) -> list[Path]:
@@ -168,14 +176,15 @@ def _as(schema: pa.Schema, table: pa.Table) -> pa.Table:
     return table
 
 
-def _remove_others(folders: Sequence[Path], written: Sequence[Path]) -> None:
+def _remove_others(wh: Warehouse, folders: Sequence[Path], written: Sequence[Path],
+                   pattern: str = "*.parquet") -> None:
     """Remove the scores in these folders that were not just written: a (cell, Workspace) whose Trials are
     no longer results has no score, and an old file must not keep one in the views."""
     keep = set(written)
     for folder in folders:
-        for stale in folder.glob("*.parquet"):
-            if stale not in keep:
-                stale.unlink(missing_ok=True)
+        for stale in wh.store.files(folder, pattern):
+            if stale.path not in keep:
+                wh.store.remove(stale.path)
 
 
 def comparisons_file(wh: Warehouse) -> Path:
@@ -197,21 +206,20 @@ def reaggregate(wh: Warehouse, *, resampling: Resampling = DEFAULT_RESAMPLING, f
     with locked(wh.paths.aggregates / "_reaggregate.lock", fcntl.LOCK_EX):
         files = wh.trial_files()
         key = _fingerprint(files, resampling)
-        stored = _read_json(fingerprint_file(wh))
+        stored = _read_json(wh.store.read_bytes(fingerprint_file(wh)))
         if (not force and stored is not None and stored.get("key") == key
-                and all((wh.paths.warehouse / p).exists() for p in stored.get("outputs", []))):
+                and all(wh.store.exists(wh.paths.warehouse / p) for p in stored.get("outputs", []))):
             return Reaggregation(False, int(stored["cells"]), int(stored["comparisons"]),
                                  time.perf_counter() - start)
         with contextlib.closing(duckdb.connect()) as con:
-            scores = _score(con, [path for path, _, _ in files], resampling)
+            scores = _score(con, wh, [path for path, _, _ in files], resampling)
             outputs = _write_cells(con, wh, scores.cells)
             outputs.append(_write_comparisons(con, wh, scores.comparisons))
-        _remove_others([d for root in (wh.paths.rewards, wh.paths.aggregates) for d in root.iterdir() if d.is_dir()],
-                       outputs)
-        write_text(fingerprint_file(wh), json.dumps({
+        _remove_others(wh, [wh.paths.rewards, wh.paths.aggregates], outputs, "*/*.parquet")
+        wh.store.write_bytes(fingerprint_file(wh), json.dumps({
             "key": key, "trial_files": len(files), "cells": len(scores.cells),
             "comparisons": len(scores.comparisons),
-            "outputs": [str(p.relative_to(wh.paths.warehouse)) for p in outputs]}, indent=1))
+            "outputs": [str(p.relative_to(wh.paths.warehouse)) for p in outputs]}, indent=1).encode())
         return Reaggregation(True, len(scores.cells), len(scores.comparisons), time.perf_counter() - start)
 
 
@@ -226,9 +234,9 @@ def _fingerprint(files: Sequence[tuple[Path, int, int]], resampling: Resampling)
     return h.hexdigest()
 
 
-def _read_json(path: Path) -> dict | None:
+def _read_json(text: bytes | None) -> dict | None:
     try:
-        data = json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
+        data = json.loads(text or b"")
+    except ValueError:
         return None
     return data if isinstance(data, dict) else None

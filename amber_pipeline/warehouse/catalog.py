@@ -1,12 +1,15 @@
-"""The warehouse: a DuckDB catalog plus Parquet files, with the SQL views (`views.py`) over them.
+"""The warehouse: a catalog (DuckDB, or PostgreSQL: `postgres.py`) plus Parquet files, with the SQL views
+(`views.py`) over them.
 
 DuckDB lets one process hold a database file read-write and then refuses every
 other process, even read-only ones. So the catalog is never held longer than
 one short transaction, every opening takes an OS file lock first (shared for
 readers, exclusive for writers), and a process waits its turn instead of
-failing. Trial rows, per-Task Rewards and cell aggregates are Parquet files,
-each written to a temporary name then renamed, so a reader sees a whole file
-or none; readers query them through an in-memory DuckDB.
+failing. On PostgreSQL (`AMBER_CATALOG_URL`) the same statements run in
+transactions of the server, and writers of different Workspaces no longer wait
+for each other. Trial rows, per-Task Rewards and cell aggregates are Parquet
+files, each written to a temporary name then renamed, so a reader sees a whole
+file or none; readers query them through an in-memory DuckDB.
 """
 
 from __future__ import annotations
@@ -14,20 +17,31 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import os
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from datetime import date
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from amber_pipeline import settings
 from amber_pipeline.paths import AmberPaths
-from amber_pipeline.warehouse import sql, views
-from amber_pipeline.warehouse.files import locked, replacing
+from amber_pipeline.warehouse import sql, storage, views
+from amber_pipeline.warehouse.files import locked
 from amber_pipeline.warehouse.fitting import fitting
 from amber_pipeline.warehouse.schemas import TRIAL_REQUIRED, TRIAL_SCHEMA
+
+if TYPE_CHECKING:
+    from amber_pipeline.warehouse.postgres import PostgresCatalog
+
+
+class Connection(Protocol):
+    """A catalog transaction: a DuckDB connection, or `postgres.PgConnection`, which speaks its dialect."""
+
+    def execute(self, query: str, parameters: Any = None, /) -> Any: ...
+
+    def executemany(self, query: str, parameters: Any, /) -> Any: ...
 
 CATALOG_DDL = """
 create table if not exists workspaces (
@@ -65,6 +79,8 @@ create table if not exists job_cells (
     primary key (job_id, cell_key));
 alter table job_cells add column if not exists launched_at timestamptz;
 alter table job_cells add column if not exists worker varchar;  -- host/pid/start of its run (jobs/workers.py)
+alter table job_cells add column if not exists engine_pool varchar;  -- where its run goes (jobs/placement.py)
+alter table job_cells add column if not exists moves integer default 0;  -- times an engine that died handed it back
 create table if not exists cell_names (cell_key varchar primary key, name varchar not null unique);
 create table if not exists quotes (
     id varchar primary key, workspace varchar not null, job_id varchar not null,
@@ -84,9 +100,12 @@ create table if not exists ledger (
 -- shown, since their gaps would reveal other Workspaces' activity. Computed, not stored: no ledger entry or Job is
 -- ever deleted, so a row's number never changes.
 create or replace view workspace_ledger as
-    select row_number() over (partition by workspace order by seq) as seq, * exclude (seq) from ledger;
+    select row_number() over (partition by workspace order by seq) as seq, created_at, workspace, kind, amount,
+           reason, quote_id, job_id, trial_key, entry_key from ledger;
 create or replace view workspace_jobs as
-    select row_number() over (partition by workspace order by seq) as seq, * exclude (seq, start_seq) from jobs;
+    select row_number() over (partition by workspace order by seq) as seq, id, workspace, submitted_by,
+           benchmark_version_id, benchmark_owner, trials_per_task, status, quote_id, created_at, started_at,
+           finished_at, message, request, purpose from jobs;
 -- Workspace names are unique ignoring case. A catalog from before that rule may hold names equal but for case: each
 -- one after the first keeps its own name in case_clash (once, here), so the index can exist; every other Workspace
 -- has '' there, so no new one can take a name another has in any case.
@@ -105,18 +124,36 @@ class Warehouse:
     def __init__(self, paths: AmberPaths):
         self.paths = paths.ensure()
         self._lock_path = paths.warehouse / "catalog.lock"
+        kind, location = settings.catalog_url(paths)
+        self._postgres: PostgresCatalog | None = None
+        if kind == "postgresql":
+            from amber_pipeline.warehouse.postgres import PostgresCatalog
+
+            self._postgres = PostgresCatalog(location, CATALOG_DDL)
+        self._catalog = Path(location)
+        self._storage = storage.Location.configured()  # opened at first use: S3 is asked whether it answers
 
     # ---- catalog -------------------------------------------------------------
 
     @contextlib.contextmanager
-    def write(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """One short read-write transaction on the catalog, serialized across processes."""
+    def write(self, workspace: str | None = None, *, job: str | None = None) -> Iterator[Connection]:
+        """One short read-write transaction on the catalog.
+
+        A write that touches one Workspace's Jobs and money names it (or the Job, whose Workspace never
+        changes): on PostgreSQL it then waits only for writes of that Workspace (`postgres.py`). One that
+        names neither waits for every other writer, as every writer does on DuckDB, whose file lock
+        serializes them across processes.
+        """
+        if self._postgres is not None:
+            with self._postgres.write(workspace, job) as pg:
+                yield pg
+            return
         with locked(self._lock_path, fcntl.LOCK_EX):
-            con = duckdb.connect(str(self.paths.catalog))
+            con = duckdb.connect(str(self._catalog))
             try:
-                if (self.paths.catalog, self.paths.catalog.stat().st_ino) not in _schema_ready:
+                if (self._catalog, self._catalog.stat().st_ino) not in _schema_ready:
                     con.execute(CATALOG_DDL)  # once per process and catalog file, not on every write
-                    _schema_ready.add((self.paths.catalog, self.paths.catalog.stat().st_ino))
+                    _schema_ready.add((self._catalog, self._catalog.stat().st_ino))
                 con.execute("begin transaction")
                 yield con
                 con.execute("commit")
@@ -128,18 +165,46 @@ class Warehouse:
                 con.close()
 
     @contextlib.contextmanager
-    def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A read-only view of the catalog; readers share, writers wait for them."""
-        catalog = self.paths.catalog
+    def read(self) -> Iterator[Connection]:
+        """A read-only view of the catalog; on DuckDB readers share, writers wait for them."""
+        if self._postgres is not None:
+            with self._postgres.read() as pg:
+                yield pg
+            return
+        catalog = self._catalog
         if not catalog.exists() or (catalog, catalog.stat().st_ino) not in _schema_ready:
             with self.write():  # a reader of a catalog made by an older Amber needs its new views and columns too
                 pass
         with locked(self._lock_path, fcntl.LOCK_SH):
-            con = duckdb.connect(str(self.paths.catalog), read_only=True)
+            con = duckdb.connect(str(catalog), read_only=True)
             try:
                 yield con
             finally:
                 con.close()
+
+    @contextlib.contextmanager
+    def attached(self, con: duckdb.DuckDBPyConnection, tables: Collection[str],
+                 workspace: str | None = None) -> Iterator[None]:
+        """The catalog in an in-memory DuckDB as ``catalog`` (`views.CATALOG`) for the block: the DuckDB file
+        attached read-only under the shared lock, or, from PostgreSQL, ``tables`` (only ``workspace``'s rows
+        where they have a workspace column) copied into a database made by the same DDL."""
+        if self._postgres is None:
+            with self.read():
+                con.execute(f"attach {sql.string(self._catalog)} as {views.CATALOG} (read_only)")
+                try:
+                    yield
+                finally:
+                    con.execute(f"detach {views.CATALOG}")
+            return
+        con.execute(f"attach ':memory:' as {views.CATALOG}")
+        try:
+            con.execute(f"use {views.CATALOG}")
+            con.execute(CATALOG_DDL)
+            con.execute("use memory")
+            self._postgres.copy_into(con, views.CATALOG, views.catalog_sources(tables), workspace)
+            yield
+        finally:
+            con.execute(f"detach {views.CATALOG}")
 
     # ---- Parquet -------------------------------------------------------------
 
@@ -149,25 +214,25 @@ class Warehouse:
     def transcripts_file(self, day: date, cell_file_id: str, job_id: str) -> Path:
         return self.paths.transcripts / f"date={day.isoformat()}" / f"{cell_file_id}_{job_id}.parquet"
 
+    @property
+    def store(self) -> storage.LocalStore:
+        """Where the Parquet files, Trial folders and Benchmark snapshots are (`storage.py`, AMBER_STORAGE_URL)."""
+        return storage.opened(self.paths.home, self._storage)
+
     def trial_files(self) -> list[tuple[Path, int, int]]:
         """Every stored Trial file (``<cell file id>/<job>.parquet``) with its size and mtime (ns), sorted.
 
         Files being written (``.<name>.<uuid>.tmp``) are not listed, nor files that are not Trial files
         (`fitting.py`).
         """
-        out = []
-        with contextlib.suppress(FileNotFoundError), os.scandir(self.paths.trials) as cells:
-            for cell in cells:
-                if not cell.is_dir() or cell.name.startswith("."):
-                    continue
-                with os.scandir(cell.path) as entries:
-                    for e in entries:
-                        if e.name.endswith(".parquet") and not e.name.startswith(".") and e.is_file():
-                            st = e.stat()
-                            out.append((Path(e.path), st.st_size, st.st_mtime_ns))
+        found = self.store.files(self.paths.trials, "*/*.parquet")
         with contextlib.closing(duckdb.connect()) as con:
-            trials = set(fitting(con, [path for path, _, _ in out], TRIAL_SCHEMA, TRIAL_REQUIRED))
-        return sorted(f for f in out if f[0] in trials)
+            trials = set(fitting(con, [f.path for f in found], TRIAL_SCHEMA, TRIAL_REQUIRED, self.store))
+        return [(f.path, f.size, f.mtime_ns) for f in found if f.path in trials]
+
+    def read_parquet(self, path: Path, columns: Sequence[str] | None = None) -> pa.Table | None:
+        """A stored Parquet file's rows (``columns`` only, if given), or None when it is not stored."""
+        return self.store.read_table(path, columns)
 
     def rewards_file(self, cell_file_id: str, workspace: str) -> Path:
         return self.paths.rewards / cell_file_id / f"{_file_id(workspace)}.parquet"
@@ -175,11 +240,10 @@ class Warehouse:
     def aggregates_file(self, cell_file_id: str, workspace: str) -> Path:
         return self.paths.aggregates / cell_file_id / f"{_file_id(workspace)}.parquet"
 
-    @staticmethod
-    def write_parquet(table: pa.Table, path: Path) -> None:
-        """Write an Arrow table to a temporary name in the same folder, then rename: all or nothing."""
-        with replacing(path) as tmp:
-            pq.write_table(table, tmp)
+    def write_parquet(self, table: pa.Table, path: Path) -> None:
+        """One whole file at ``path`` in the store, all or nothing: a local file written to a temporary name
+        then renamed, or one object on S3."""
+        self.store.write_table(table, path)
 
     # ---- SQL -----------------------------------------------------------------
 
@@ -193,14 +257,15 @@ class Warehouse:
         With a Workspace, every view shows only what that Workspace may see (its
         own rows, and public Benchmark Versions); None is Amber's own, unscoped view.
         """
-        with self.read():
-            con = duckdb.connect()
-            try:
-                con.execute(f"attach {sql.string(self.paths.catalog)} as {views.CATALOG} (read_only)")
-                views.build(con, self.paths, workspace, views.with_dependencies(names))
+        con = duckdb.connect()
+        try:
+            names = views.with_dependencies(names)
+            with self.attached(con, names, workspace):
+                views.build(con, self.paths, self.store, workspace, names)
                 yield con
-            finally:
-                con.close()
+        finally:
+            con.close()
+
 
 def _file_id(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import duckdb
 
 from amber_pipeline.errors import AmberError
-from amber_pipeline.warehouse import sql, views
+from amber_pipeline.warehouse import views
 from amber_pipeline.warehouse.catalog import Warehouse
 
 TIMEOUT_S = 30.0
@@ -107,13 +107,9 @@ def _load(con: duckdb.DuckDBPyConnection, wh: Warehouse, workspace: str, names: 
     """Copy the Workspace's rows of the named views into ``con``: the catalog's under its shared lock only."""
     from_catalog = names & set(views.CATALOG_TABLES)
     if from_catalog:
-        with wh.read():
-            con.execute(f"attach {sql.string(wh.paths.catalog)} as {views.CATALOG} (read_only)")
-            try:
-                views.build(con, wh.paths, workspace, from_catalog, as_tables=True)
-            finally:
-                con.execute(f"detach {views.CATALOG}")
-    views.build(con, wh.paths, workspace, names - from_catalog, as_tables=True)
+        with wh.attached(con, from_catalog, workspace):
+            views.build(con, wh.paths, wh.store, workspace, from_catalog, as_tables=True)
+    views.build(con, wh.paths, wh.store, workspace, names - from_catalog, as_tables=True)
 
 
 def _sentence(e: duckdb.Error, timed_out: bool, timeout_s: float, memory_limit: str) -> AmberError:

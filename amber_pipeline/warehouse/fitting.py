@@ -15,24 +15,37 @@ A file of an older Amber that lacks newer columns fits (they read as null).
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from amber_pipeline.errors import AmberError
 from amber_pipeline.warehouse import sql
+from amber_pipeline.warehouse.storage import LocalStore
 
 log = logging.getLogger(__name__)
 
 
 def fitting(con: duckdb.DuckDBPyConnection, files: Sequence[Path], schema: pa.Schema,
-            required: Collection[str] = ()) -> list[Path]:
+            required: Collection[str] = (), store: LocalStore | None = None) -> list[Path]:
     """The files among ``files`` that have the ``required`` columns and whose columns all have the types
-    ``schema`` gives them."""
+    ``schema`` gives them (``files`` named as under AMBER_HOME and kept in ``store``: local files if None).
+
+    DuckDB cannot read a remote store's files, so there each file's footer is read on its own, several at once.
+    """
     if not files:
         return []
+    if store is not None and store.remote:
+        with ThreadPoolExecutor(16) as pool:
+            fits = list(pool.map(lambda f: _file_fits(f, schema, required, store.schema_of), files))
+        return _kept(files, fits)
+    if store is not None:
+        local = {store.where(f): f for f in files}
+        return [local[f] for f in fitting(con, list(local), schema, required)]
     try:
         listed = sql.path_list(files)
         union = {r[0]: r[1] for r in con.execute(f"describe select * from read_parquet({listed}, "
@@ -43,10 +56,15 @@ def fitting(con: duckdb.DuckDBPyConnection, files: Sequence[Path], schema: pa.Sc
             return list(files)
     except duckdb.Error:
         pass  # a file that is not Parquet at all: find it below
-    kept = [f for f in files if _file_fits(f, schema, required)]
-    for f in sorted(set(files) - set(kept)):
-        log.warning("left out %s: its columns are not those Amber writes there; move it out of the warehouse", f)
-    return kept
+    return _kept(files, [_file_fits(f, schema, required) for f in files])
+
+
+def _kept(files: Sequence[Path], fits: Sequence[bool]) -> list[Path]:
+    for f, fit in zip(files, fits, strict=True):
+        if not fit:
+            log.warning("left out %s: its columns are not those Amber writes there; move it out of the warehouse",
+                        f)
+    return [f for f, fit in zip(files, fits, strict=True) if fit]
 
 
 def _fits(columns: dict[str, str], expected: dict[str, str]) -> bool:
@@ -61,9 +79,12 @@ def _duckdb_types(con: duckdb.DuckDBPyConnection, schema: pa.Schema) -> dict[str
         con.unregister("_amber_expected")
 
 
-def _file_fits(path: Path, schema: pa.Schema, required: Collection[str]) -> bool:
+def _file_fits(path: Path, schema: pa.Schema, required: Collection[str],
+              read_schema: Callable[[Path], pa.Schema] = pq.read_schema) -> bool:
     try:
-        found = pq.read_schema(path)
+        found = read_schema(path)
+    except AmberError:
+        raise  # the store does not answer: that is not the file's fault
     except (OSError, pa.ArrowException):
         return False
     return set(required) <= set(found.names) and all(

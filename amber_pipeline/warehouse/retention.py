@@ -11,11 +11,11 @@ expiry is recorded (`transcript_expiries`), so a user can see what went.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from amber_pipeline.warehouse import storage
 from amber_pipeline.warehouse.catalog import Warehouse
 
 TRANSCRIPT_DAYS = 90
@@ -37,30 +37,30 @@ def expire_transcripts(wh: Warehouse, now: datetime | None = None) -> list[Expir
         rows = con.execute("select distinct trial_dir, finished_at from trials where finished_at < ?",
                            [cutoff]).fetchall()
     expired = []
+    store = wh.store
     for trial_dir, finished_at in rows:
         folder = Path(trial_dir)
-        if not folder.is_dir() or (folder / MARKER).exists():
+        here = folder.is_dir() and not (folder / MARKER).exists()
+        # A Trial folder copied to a remote store (`storage.py`) loses its transcripts there too.
+        there = store.remote and folder.is_relative_to(wh.paths.home) and not store.exists(folder / MARKER)
+        if not here and not there:
             continue
-        freed = _remove(folder / "agent") + _remove(folder / "trial.log")
-        (folder / MARKER).write_text(f"Transcripts deleted {now.isoformat()} ({TRANSCRIPT_DAYS}-day retention).\n")
+        note = f"Transcripts deleted {now.isoformat()} ({TRANSCRIPT_DAYS}-day retention).\n"
+        freed = 0
+        if here:
+            freed += storage.remove_local(folder / "agent") + storage.remove_local(folder / "trial.log")
+            (folder / MARKER).write_text(note)
+        if there:
+            remote = store.remove(folder / "agent") + store.remove(folder / "trial.log")
+            freed = freed or remote
+            store.write_bytes(folder / MARKER, note.encode())
         expired.append(Expired(str(folder), finished_at, freed))
-    for day in sorted(wh.paths.transcripts.glob("date=*")):
+    days = sorted({f.path.parent for f in store.files(wh.paths.transcripts, "date=*/*.parquet")})
+    for day in days:
         if day.name.removeprefix("date=") < cutoff.date().isoformat():
-            expired.append(Expired(str(day), cutoff, _remove(day)))
+            expired.append(Expired(str(day), cutoff, store.remove(day)))
     if expired:
         with wh.write() as con:
             con.executemany("insert into transcript_expiries values (?, ?, ?, ?)",
                             [[e.trial_dir, e.finished_at, now, e.bytes_freed] for e in expired])
     return expired
-
-
-def _remove(path: Path) -> int:
-    if path.is_dir():
-        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-        shutil.rmtree(path)
-        return size
-    if path.is_file():
-        size = path.stat().st_size
-        path.unlink()
-        return size
-    return 0

@@ -20,7 +20,7 @@ import duckdb
 import pyarrow as pa
 
 from amber_pipeline.paths import AmberPaths
-from amber_pipeline.warehouse import sql
+from amber_pipeline.warehouse import sql, storage
 from amber_pipeline.warehouse.fitting import fitting
 from amber_pipeline.warehouse.schemas import (
     CELL_RESULT_SCHEMA,
@@ -51,6 +51,11 @@ class ParquetSource:
     def empty_name(self) -> str:
         """The name its empty table is registered under while there are no files."""
         return f"_{self.name}_empty"
+
+    @property
+    def files_name(self) -> str:
+        """The name its files are registered under when DuckDB cannot read them itself (`storage.S3Store`)."""
+        return f"_{self.name}_files"
 
 
 PARQUET_SOURCES = (
@@ -105,8 +110,14 @@ def with_dependencies(names: Collection[str]) -> frozenset[str]:
     return frozenset(wanted.union(*(d.reads for d in DERIVED_VIEWS if d.name in wanted)))
 
 
-def build(con: duckdb.DuckDBPyConnection, paths: AmberPaths, workspace: str | None, names: Collection[str],
-          *, as_tables: bool = False) -> None:
+def catalog_sources(names: Collection[str]) -> list[str]:
+    """The catalog's tables the catalog views among ``names`` read (`_catalog_select`)."""
+    tables = [n for n in CATALOG_TABLES if n in names]
+    return tables + ["jobs"] if "job_cells" in tables and "jobs" not in tables else tables
+
+
+def build(con: duckdb.DuckDBPyConnection, paths: AmberPaths, store: storage.LocalStore, workspace: str | None,
+          names: Collection[str], *, as_tables: bool = False) -> None:
     """Create the views among ``names`` (derived ones last, after what they read).
 
     ``as_tables`` copies the rows ``workspace`` may see into in-memory tables instead, so nothing is read
@@ -119,9 +130,10 @@ def build(con: duckdb.DuckDBPyConnection, paths: AmberPaths, workspace: str | No
             con.execute(f"create {kind} {name} as {_catalog_select(name, workspace)}")
     for source in PARQUET_SOURCES:
         if source.name in names:
-            con.execute(f"create {kind} {source.name} as {_parquet_select(con, paths, source, workspace)}")
-            if as_tables:
+            con.execute(f"create {kind} {source.name} as {_parquet_select(con, paths, store, source, workspace)}")
+            if as_tables:  # nothing that could read the files, or other Workspaces' rows, stays behind
                 con.unregister(source.empty_name)  # unregistering a name never registered is a no-op
+                con.unregister(source.files_name)
     for view in DERIVED_VIEWS:
         if view.name in names:
             con.execute(f"create view {view.name} as {view.select}")
@@ -142,17 +154,18 @@ def _catalog_select(name: str, workspace: str | None) -> str:
     # Users see numbers counted within their Workspace (`workspace_ledger`, `workspace_jobs`), never the global
     # sequences, and not the catalog's own bookkeeping columns.
     source = {"ledger": "workspace_ledger", "jobs": "workspace_jobs"}.get(name, name)
-    columns = {"workspaces": "* exclude (case_clash)", "job_cells": "* exclude (worker)"}.get(name, "*")
+    columns = {"workspaces": "* exclude (case_clash)",
+               "job_cells": "* exclude (worker, engine_pool, moves)"}.get(name, "*")
     return f"select {columns} from {CATALOG}.main.{source} where {where}"
 
 
-def _parquet_select(con: duckdb.DuckDBPyConnection, paths: AmberPaths, source: ParquetSource,
-                    workspace: str | None) -> str:
+def _parquet_select(con: duckdb.DuckDBPyConnection, paths: AmberPaths, store: storage.LocalStore,
+                    source: ParquetSource, workspace: str | None) -> str:
     """The rows of one Parquet source that ``workspace`` may see (from an empty table while there are no files)."""
-    found = fitting(con, sorted(p for p in source.folder(paths).glob(source.pattern) if not p.name.startswith(".")),
-                    source.schema, source.required)
+    listed = [f.path for f in store.files(source.folder(paths), source.pattern)]
+    found = fitting(con, listed, source.schema, source.required, store)
     if found:
-        files = f"read_parquet({sql.path_list(found)}, union_by_name = true, hive_partitioning = false)"
+        files = store.scan(con, found, source.schema, source.files_name)
     else:
         con.register(source.empty_name, source.schema.empty_table())
         files = source.empty_name
