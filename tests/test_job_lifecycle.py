@@ -32,7 +32,7 @@ from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import cell_run as pipeline
 from amber_pipeline.jobs import lifecycle as jobs
 from amber_pipeline.jobs import quotes
-from amber_pipeline.jobs.records import FINAL, cells_of, get_job, list_jobs
+from amber_pipeline.jobs.records import FINAL, cells_of, get_job, list_jobs, trials_finished
 from amber_pipeline.money import wallet
 from amber_pipeline.money.identity import DEFAULT_WORKSPACE, local_user
 from amber_pipeline.money.prices import PRICES, Prices, show, usd
@@ -338,6 +338,7 @@ def test_cancel_stops_in_flight_trials_and_refunds_what_was_not_spent(tmp_path: 
     assert sorted(r.task_name for r in run.records) == sorted(names[:2])  # the third never started
     assert {r.outcome for r in run.records} == {"cancelled"}
     assert all(r.reward is None for r in run.records)
+    assert trials_finished(wh, job.id) == 2  # the progress `amber job watch` shows: the stored rows
     assert charge_entries(wh, job.id) == []  # cancelled Trials are not charged
     assert get_job(wh, job.id, None).status == "cancelled"
     reserved, charged, refunded = totals(wh, made.id)
