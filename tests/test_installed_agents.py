@@ -204,3 +204,45 @@ def test_agent_list_names_each_agents_software_and_rule() -> None:
     assert listed["codex"]["version"] == "@openai/codex 0.171.0" and listed["codex"]["providers"] == ["openai"]
     assert listed["pi"]["runs"] == listed["mini-swe-agent"]["runs"] == "in the sandbox"
     assert listed["terminus-2"]["runs"] == "on the host"
+
+
+def test_an_installed_agent_on_another_hosts_engine_reaches_the_proxy_through_its_relay(
+        double: tuple[ProviderDouble, str, Path], warehouse: Warehouse, engine2, primary, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With engine 2 (over TLS) the only engine listed, mini-swe-agent's cell is placed there, where no sandbox
+    network can be made: its sandbox reaches the model proxy on this machine through its relay, and the Trial is
+    solved, metered and charged as on this machine's own engine. Nothing of it is left on either engine."""
+    from servers import dockerd
+
+    from amber_pipeline.jobs import records
+    from amber_pipeline.sandbox.environment import TRIAL_DIR_LABEL
+
+    agent, mc = "mini-swe-agent", "gpt-5-mini"
+    software = AGENTS[agent].software
+    assert software is not None
+    for tag in (agent_image._runtime_image(primary), agent_image.software_image(primary, agent, software)):
+        engine2.load_image(tag, primary)  # engine 2 cannot fetch packages; its images come from this engine
+    engines_file = tmp_path / "engines.toml"
+    engines_file.write_text(dockerd.engines_toml(engine2, local_slots=0))
+    monkeypatch.setenv("AMBER_SANDBOX_HOSTS", str(engines_file))
+    d, key, bench = double
+    funded(warehouse, WS, "20")
+    _, job = lifecycle.submit(warehouse, WS, local_user(), request(str(bench), agent, [mc]))
+    [launch] = records.claim_cells(warehouse, job.id)
+    assert launch.pool == "engine2"
+    cell_run.run_cell_of_job(warehouse, job.id, launch.cell_key)
+
+    assert get_job(warehouse, job.id, WS).status == "completed"
+    (trial,) = rows(warehouse, "select * from trials where job_id = ?", [job.id])
+    assert (trial["outcome"], trial["reward"]) == ("scored", 1.0), trial["error_message"]
+    calls = rows(warehouse, "select * from transcripts where job_id = ? order by seq", [job.id])
+    assert len(calls) == trial["model_calls"] == 3 and all(c["status"] == 200 for c in calls)
+    assert len([r for r in d.received if r.body.get("model") == "gpt-5-mini"]) == 3
+    (charged,) = rows(warehouse, "select amount from ledger where kind = 'charge' and job_id = ?", [job.id])
+    assert Decimal(str(trial["cost_usd"])) == charged["amount"] > 0
+    remote = engine2.client()
+    assert any(t.startswith(f"amber-agent:{agent}-") for t in remote.images.get(trial["image_id"]).tags)
+    runs = str(warehouse.paths.runs)
+    for client in (remote, primary):
+        assert [c for c in client.containers.list(all=True, filters={"label": TRIAL_DIR_LABEL})
+                if c.labels[TRIAL_DIR_LABEL].startswith(runs)] == []

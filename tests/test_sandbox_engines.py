@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.server
+import json
+import shlex
 import shutil
 import threading
 import time
 import tomllib
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import docker
@@ -332,12 +336,8 @@ def test_a_sandbox_runs_on_engine_2_over_ssh(engine2, primary, tmp_path, monkeyp
 
     from amber_pipeline.sandbox.environment import SANDBOX_LABEL, AmberSandbox
 
-    if dockerd.sshd_binary() is None:  # optional: setup installs it only where ssh:// engines are wanted
-        pytest.skip("ssh:// is tested with Debian's openssh-server, which is not installed.")
-    with dockerd.ssh_door(engine2) as door:
-        hosts(tmp_path, monkeypatch, f'[[engine]]\nname = "ssh2"\nurl = "{door.url}"\nslots = 1\n'
-                                     f'ssh_key = "{door.key}"\nssh_known_hosts = "{door.known_hosts}"\n')
-        engine = engines.named("ssh2")
+    with engine_2_by("ssh", engine2, tmp_path, monkeypatch) as name:
+        engine = engines.named(name)
         with contextlib.closing(docker_engine.connect(engine)) as client:
             assert client.info()["DockerRootDir"] == str(engine2.data_root)
         session = f"amber-e2ssh-{uuid.uuid4().hex[:8]}"
@@ -356,3 +356,105 @@ def test_a_sandbox_runs_on_engine_2_over_ssh(engine2, primary, tmp_path, monkeyp
             asyncio.run(sandbox.stop(delete=True))
         assert engine2.client().containers.list(all=True, filters={"label": f"{SANDBOX_LABEL}={session}"}) == []
         assert primary.containers.list(all=True, filters={"label": f"{SANDBOX_LABEL}={session}"}) == []
+
+
+class _Reverser(http.server.BaseHTTPRequestHandler):
+    """Answers a POST with its body reversed: a relayed byte lost, duplicated or reordered shows."""
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body[::-1])
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+RELAYED_CALLS = """
+import concurrent.futures, json, os, socket, sys, urllib.error, urllib.request
+proxy, reverser = sys.argv[1:]
+try:
+    urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{proxy}/v1/chat/completions",
+        data=b'{"model": "m", "messages": []}', headers={"Content-Type": "application/json"}))
+    status = 200
+except urllib.error.HTTPError as e:
+    status, said = e.code, json.loads(e.read())
+def one(i):
+    body = os.urandom(200_000 + i)
+    got = urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{reverser}/", data=body)).read()
+    return got == body[::-1]
+with concurrent.futures.ThreadPoolExecutor(8) as pool:
+    intact = sum(pool.map(one, range(16)))
+routes = [line.split()[1] for line in open("/proc/net/route").read().splitlines()[1:]]
+print(json.dumps({"status": status, "said": said, "intact": intact, "routes": routes,
+                  "interfaces": [name for _, name in socket.if_nameindex()]}))
+"""
+
+
+@contextlib.contextmanager
+def engine_2_by(way: str, engine2: dockerd.Dockerd, tmp_path: Path,
+                monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """AMBER_SANDBOX_HOSTS listing engine 2 reached ``way`` ("tls" or "ssh"); the engine's name."""
+    if way == "tls":
+        hosts(tmp_path, monkeypatch, dockerd.engines_toml(engine2))
+        yield "engine2"
+        return
+    if dockerd.sshd_binary() is None:  # optional: setup installs it only where ssh:// engines are wanted
+        pytest.skip("ssh:// is tested with Debian's openssh-server, which is not installed.")
+    with dockerd.ssh_door(engine2) as door:
+        hosts(tmp_path, monkeypatch, f'[[engine]]\nname = "ssh2"\nurl = "{door.url}"\nslots = 1\n'
+                                     f'ssh_key = "{door.key}"\nssh_known_hosts = "{door.known_hosts}"\n')
+        yield "ssh2"
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("way", ["tls", "ssh"])
+def test_a_sandbox_on_engine_2_reaches_this_machines_proxies_through_its_relay_and_nothing_else(
+        way, engine2, primary, tmp_path, monkeypatch) -> None:
+    """The model proxy listens on this machine's loopback; a sandbox on engine 2 reaches it, and a second port,
+    at 127.0.0.1 through its relay over the connection to engine 2 (TLS, or ssh), many connections at once and
+    every byte intact, and the proxy still asks for a Trial's token. The sandbox has loopback alone and no route;
+    the relay runs on engine 2 with no network, and both are gone after the Trial."""
+    from harbor.models.task.config import TaskConfig as TaskToml
+    from harbor.models.trial.paths import TrialPaths
+
+    from amber_pipeline.models.proxy import ModelProxy
+    from amber_pipeline.sandbox.environment import SANDBOX_LABEL, AmberSandbox
+    from amber_pipeline.sandbox.relay import RELAY_LABEL
+
+    reverser = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Reverser)
+    threading.Thread(target=reverser.serve_forever, args=(0.05,), daemon=True).start()
+    session = f"amber-relay-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "trial").mkdir()
+    try:
+        with engine_2_by(way, engine2, tmp_path, monkeypatch) as engine, ModelProxy() as proxy:
+            ports = [proxy.port("127.0.0.1"), reverser.server_address[1]]
+            sandbox = AmberSandbox(environment_dir=DEMO_TASK / "environment", environment_name="relay2",
+                                   session_id=session, trial_paths=TrialPaths(tmp_path / "trial"),
+                                   task_env_config=TaskToml.model_validate(tomllib.loads(
+                                       (DEMO_TASK / "task.toml").read_text())).environment,
+                                   amber_engine=engine, amber_relay=",".join(map(str, ports)))
+            asyncio.run(sandbox.start(force_build=False))
+            try:
+                command = f"python3 -c {shlex.quote(RELAYED_CALLS)} {ports[0]} {ports[1]}"
+                result = asyncio.run(sandbox.exec(command, timeout_sec=120))
+                assert result.return_code == 0, result.stderr
+                seen = json.loads(result.stdout or "")
+                (made,) = engine2.client().containers.list(filters={"label": f"{SANDBOX_LABEL}={session}"})
+                (relay,) = engine2.client().containers.list(filters={"label": f"{RELAY_LABEL}={session}"})
+            finally:
+                asyncio.run(sandbox.stop(delete=True))
+    finally:
+        reverser.shutdown()
+        reverser.server_close()
+    assert seen["status"] == 401 and "Trial token" in seen["said"]["error"]["message"], seen
+    assert seen["intact"] == 16
+    assert seen["routes"] == [] and seen["interfaces"] == ["lo"]
+    assert made.attrs["HostConfig"]["NetworkMode"] == f"container:{relay.id}"
+    assert relay.attrs["HostConfig"]["NetworkMode"] == "none"
+    assert made.attrs["Mounts"] == [] and relay.attrs["Mounts"] == []
+    for engine in (engine2.client(), primary):
+        for label in (SANDBOX_LABEL, RELAY_LABEL):
+            assert engine.containers.list(all=True, filters={"label": f"{label}={session}"}) == []

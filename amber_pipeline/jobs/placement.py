@@ -8,8 +8,10 @@ carries the pool as a Dagster tag (`engines.POOL_TAG`), and the instance's run q
 runs than it has slots, while another pool's runs go ahead.
 
 A cell whose sandboxes need a sandbox network (its Agent runs in the sandbox and reaches the model proxy, or
-its Benchmark Version lets Tasks reach allowlisted hosts through the egress proxy) goes only to pools of an
-engine on this machine's socket: only those give one (`sandbox.network`).
+its Benchmark Version lets Tasks reach allowlisted hosts through the egress proxy) goes to pools of an engine
+on this machine's socket when there are any: those give a sandbox network (`sandbox.network`), the cheaper way
+to the proxies. On another host's engine each sandbox reaches them through a relay (`sandbox.relay`) instead,
+which costs a container per Trial, so a deployment whose engines are all elsewhere still runs every Agent.
 
 A cell whose engine stops answering mid-run is handed back (`lifecycle.move_cell`): its finished Trials keep
 their rows and charges, it is placed again on a pool that answers, and its new run charges each Trial once
@@ -40,7 +42,7 @@ def answering_pools() -> dict[str, int]:
 
 
 def needs_sandbox_network(agent: str, allowed_hosts: Sequence[str]) -> bool:
-    """Whether a cell's sandboxes need a sandbox network, which only an engine on this machine gives."""
+    """Whether a cell's sandboxes need a way to the proxies: a sandbox network, or relays on a remote engine."""
     return agent_spec(agent).software is not None or bool(allowed_hosts)
 
 
@@ -57,7 +59,7 @@ def place(con: Connection, claimed: Sequence[tuple[str, str, str]], pools: dict[
         "where j.id in (select unnest(?))", [sorted({job for job, _, _ in claimed})]).fetchall()}
     chosen = {}
     for job_id, cell_key, agent in claimed:
-        # (with no such pool, any: the run then refuses its networked Trials in one sentence)
+        # (with no such pool, any: its sandboxes then reach the proxies through relays)
         networked = needs_sandbox_network(agent, hosts.get(job_id, []))
         fits = [p for p in sorted(pools) if p in local or not networked] or sorted(pools)
         pool = max(fits, key=lambda p: (pools[p] - busy.get(p, 0), -busy.get(p, 0)))  # ties: the emptier

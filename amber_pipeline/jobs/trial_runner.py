@@ -37,7 +37,6 @@ from amber_pipeline.agents.connection import harbor_agent
 from amber_pipeline.benchmarks.tasks import TaskSpec
 from amber_pipeline.benchmarks.versions import BenchmarkVersion
 from amber_pipeline.cells import Cell
-from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import outcomes, placement
 from amber_pipeline.jobs.budget import Budget
 from amber_pipeline.jobs.cell_models import CellModels, TranscriptCall, cell_models
@@ -128,28 +127,29 @@ def run_cell(run: CellRun, *, concurrency: int = DEFAULT_CONCURRENCY,
         hosts = ["127.0.0.1"]
         net = None
         # An Agent that runs in the sandbox reaches the model proxy, and Tasks with a network allowlist reach
-        # their hosts through the egress proxy, on the sandbox network's gateway; without either, no network.
-        if placement.needs_sandbox_network(run.cell.agent, run.benchmark.allowed_hosts):
-            if engine is not None and not engine.local:
-                raise AmberError(f"This cell's sandboxes need a network to the model or egress proxy, which only "
-                                 f"an engine on this machine gives, and it was placed on {engine.name} "
-                                 f"({engine.url}): add a unix:// engine to AMBER_SANDBOX_HOSTS.")
+        # their hosts through the egress proxy: on the sandbox network's gateway on this machine's engine, or at
+        # 127.0.0.1 through a relay on another host's (`sandbox.relay`); without either, no network.
+        networked = placement.needs_sandbox_network(run.cell.agent, run.benchmark.allowed_hosts)
+        if networked and (engine is None or engine.local):
             net = stack.enter_context(SandboxNetwork.create(network_name(run.job_id, run.cell.key), client=client))
             sandboxes.network, sandboxes.gateway = net.name, net.gateway
-        if net is not None and agent.software is not None:
+        elif networked:
+            sandboxes.gateway, sandboxes.relayed = "127.0.0.1", []
+        if networked and agent.software is not None:
             sandboxes.software = agent_image.software_image(client, agent.name, agent.software)
+        if net is not None and agent.software is not None:
             hosts.append(net.gateway)
-        if net is not None and run.benchmark.allowed_hosts:
-            egress = stack.enter_context(EgressProxy(run.benchmark.allowed_hosts, host=net.gateway))
-            net.allow_host_port(egress.port)
+        if sandboxes.gateway is not None and run.benchmark.allowed_hosts:
+            egress = stack.enter_context(EgressProxy(run.benchmark.allowed_hosts, host=sandboxes.gateway))
+            sandboxes.reach(egress.port, net)
             sandboxes.egress_proxy = egress.url
         models = None
         if mc is not None:
             models = stack.enter_context(cell_models(mc, {t.name: t.instruction for t in run.benchmark.tasks},
                                                      Budget(run.budget, run.prices, mc), run.allowed_providers,
                                                      hosts))
-            if net is not None and agent.software is not None:
-                net.allow_host_port(models.proxy.port(net.gateway))
+            if sandboxes.gateway is not None and agent.software is not None:
+                sandboxes.reach(models.proxy.port(sandboxes.gateway), net)
         runner = _CellRunner(run, agent, models, sandboxes, on_trial_done, keep_going or (lambda: True))
         try:
             records = asyncio.run(runner.run_all(concurrency))
@@ -162,17 +162,28 @@ def run_cell(run: CellRun, *, concurrency: int = DEFAULT_CONCURRENCY,
 @dataclass
 class Sandboxes:
     """What a cell run's sandboxes are given: an installed Agent's software image, the network to the model
-    proxy, and the egress proxy to the network allowlist."""
+    proxy (or, on another host's engine, a relay to it), and the egress proxy to the network allowlist."""
 
     software: str | None = None
     network: str | None = None
     gateway: str | None = None
     egress_proxy: str | None = None  # the URL of the egress proxy to the Benchmark Version's allowlisted hosts
     engine: Engine | None = None  # the engine they run on (None: DOCKER_HOST or the local socket)
+    relayed: list[int] | None = None  # on another host's engine: the proxies' ports each sandbox's relay carries
+
+    def reach(self, port: int, net: SandboxNetwork | None) -> None:
+        """Let the sandboxes reach a proxy's ``port`` at `gateway`: through the network's host guard, or their
+        relays."""
+        if net is not None:
+            net.allow_host_port(port)
+        elif self.relayed is not None:
+            self.relayed.append(port)
 
     def kwargs(self) -> dict[str, str]:
+        relay = ",".join(map(str, self.relayed)) if self.relayed else None
         kwargs = {"amber_network": self.network, "amber_agent_software": self.software,
-                  "amber_egress_proxy": self.egress_proxy, "amber_engine": self.engine.name if self.engine else None}
+                  "amber_egress_proxy": self.egress_proxy, "amber_engine": self.engine.name if self.engine else None,
+                  "amber_relay": relay}
         return {k: v for k, v in kwargs.items() if v is not None}
 
 
@@ -192,7 +203,8 @@ class _CellRunner:
 
     @property
     def _proxy_host(self) -> str | None:
-        """Where the Agent reaches the model proxy: the sandbox network's gateway from inside a sandbox."""
+        """Where the Agent reaches the model proxy from inside a sandbox: the sandbox network's gateway, or
+        127.0.0.1 through its relay."""
         return self.sandboxes.gateway if self.agent.software is not None else None
 
     def _going(self) -> bool:

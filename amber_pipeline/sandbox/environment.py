@@ -23,7 +23,9 @@ upload, download and stop. It enforces Amber's sandbox rules:
   same way), so any engine runs it alike. An engine that lacks the Task's
   image builds it (its base images must be on that engine). Sandbox networks
   need the engine's host (its firewall and namespaces), so only an engine on a
-  unix socket takes `amber_network`;
+  unix socket takes `amber_network`; on another host's engine a sandbox
+  reaches the proxies through a relay instead (kwarg `amber_relay`, the ports
+  to carry; `sandbox.relay`), and has no other network;
 - containers are always removed by force when the Trial stops, so none
   outlives its Trial (`sleep infinity` ignores SIGTERM, so a polite stop
   would only wait out its timeout);
@@ -82,7 +84,7 @@ from harbor.environments.definition import environment_content_hash
 from harbor.models.trial.paths import EnvironmentPaths
 
 from amber_pipeline.errors import AmberError
-from amber_pipeline.sandbox import agent_image, docker_engine, egress, engines, network
+from amber_pipeline.sandbox import agent_image, docker_engine, egress, engines, network, relay
 
 IMAGE_REPOSITORY = "amber-env"
 SANDBOX_LABEL = "org.amber.sandbox"
@@ -129,15 +131,18 @@ class AmberSandbox(BaseEnvironment):
     """One Docker container per Trial, driven through the Docker SDK."""
 
     def __init__(self, *args, amber_network: str | None = None, amber_egress_proxy: str | None = None,
-                 amber_agent_software: str | None = None, amber_engine: str | None = None, **kwargs):
-        if amber_egress_proxy and not amber_network:
-            raise ValueError("amber_egress_proxy needs amber_network: the egress proxy listens on its gateway")
+                 amber_agent_software: str | None = None, amber_engine: str | None = None,
+                 amber_relay: str | None = None, **kwargs):
+        if amber_egress_proxy and not (amber_network or amber_relay):
+            raise ValueError("amber_egress_proxy needs amber_network or amber_relay: the sandbox has no network")
         self.engine = engines.named(amber_engine) if amber_engine else None
         if amber_network and self.engine is not None and not self.engine.local:
             raise AmberError(f"The sandbox network {amber_network} needs an engine on this host, and "
                              f"{self.engine.name!r} is at {self.engine.url}: run networked Trials on a unix:// "
                              "engine.")
         self._network_name = amber_network
+        self._relay_ports = [int(p) for p in amber_relay.split(",")] if amber_relay else []
+        self._relay: relay.Relay | None = None
         self._egress_proxy = amber_egress_proxy
         self._agent_software = amber_agent_software
         self._client = _connect(self.engine)
@@ -208,6 +213,10 @@ class AmberSandbox(BaseEnvironment):
             networking = {"network": sandbox_network.name}
             if self._egress_proxy:
                 environment = {**environment, **egress.proxy_env(self._egress_proxy, [sandbox_network.gateway])}
+        elif self._relay_ports:
+            networking = {"network_mode": self._start_relay().network_mode}
+            if self._egress_proxy:
+                environment = {**environment, **egress.proxy_env(self._egress_proxy)}
         container = self._client.containers.create(
             self.image_id,
             command=["sleep", "infinity"],
@@ -227,6 +236,19 @@ class AmberSandbox(BaseEnvironment):
         if self._network_name:
             network.isolate(container)
         self._defer_log_dirs()
+
+    def _start_relay(self) -> relay.Relay:
+        """The relay whose network namespace the sandbox joins (`sandbox.relay`), found by the Trial's folder as
+        its sandbox is, so a sweep of a killed run removes both."""
+        made = relay.Relay.start(self._client, self._relay_ports,
+                                 {relay.RELAY_LABEL: self.session_id,
+                                  TRIAL_DIR_LABEL: str(self.trial_paths.trial_dir.resolve())})
+        with self._lifecycle:
+            if self._stopped.is_set():
+                made.close()
+                raise RuntimeError(f"The sandbox of {self.session_id} was stopped while it started")
+            self._relay = made
+        return made
 
     def _ensure_image(self, tag: str, force_build: bool) -> str:
         with _build_lock(tag):
@@ -258,6 +280,7 @@ class AmberSandbox(BaseEnvironment):
         with self._lifecycle:
             self._stopped.set()
             container, self._container = self._container, None
+            made_relay, self._relay = self._relay, None
         try:
             if container is not None:
                 try:
@@ -265,6 +288,8 @@ class AmberSandbox(BaseEnvironment):
                 except NotFound:
                     pass
         finally:
+            if made_relay is not None:
+                await asyncio.to_thread(made_relay.close)
             if self.engine is not None and self.engine.ssh is not None:
                 # An ssh client holds a login (a thread here, a session there) until closed, and no GC closes it.
                 self._client.close()

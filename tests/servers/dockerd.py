@@ -57,14 +57,11 @@ PRIMARY_BRIDGE = Path("/sys/class/net/docker0")  # the machine's own engine's de
 
 
 def engines_toml(engine: Dockerd, local_slots: int = 2, slots: int = 2) -> str:
-    """An AMBER_SANDBOX_HOSTS file listing the machine's own engine ("local") and ``engine`` over TLS
-    ("engine2")."""
+    """An AMBER_SANDBOX_HOSTS file listing the machine's own engine ("local", unless it has no slots) and
+    ``engine`` over TLS ("engine2")."""
+    local = f'[[engine]]\nname = "local"\nurl = "unix:///var/run/docker.sock"\nslots = {local_slots}\n'
     return f"""
-[[engine]]
-name = "local"
-url = "unix:///var/run/docker.sock"
-slots = {local_slots}
-
+{local if local_slots else ""}
 [[engine]]
 name = "engine2"
 url = "{engine.tcp_url}"
@@ -284,8 +281,7 @@ def ssh_door(engine: Dockerd) -> Iterator[SshDoor]:
     sshd, keygen = sshd_binary(), shutil.which("ssh-keygen")
     if sshd is None or keygen is None:
         raise RuntimeError("sshd is not installed: install Debian's openssh-server.")
-    folder = engine.folder / "ssh"
-    folder.mkdir(mode=0o700)
+    folder = Path(tempfile.mkdtemp(prefix="ssh", dir=engine.folder))  # one of its own: an engine has many doors
     for name in ("host", "client"):
         subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "", "-C", f"amber-test-{name}", "-f",
                         str(folder / name)], check=True, capture_output=True, timeout=30)
