@@ -24,7 +24,6 @@ from servers import dockerd
 
 from amber_pipeline.benchmarks import registry
 from amber_pipeline.cli import embedded
-from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import cell_run, placement, quotes, records, recovery, trial_runner
 from amber_pipeline.jobs.records import cells_of, get_job
 from amber_pipeline.money import wallet
@@ -192,23 +191,15 @@ def test_a_cell_whose_engine_dies_moves_to_the_other_engine_and_is_charged_once(
     with warehouse.query(None, ["trials"]) as con:
         rows = con.execute("select outcome, count(*) from trials where job_id = ? group by 1", [job.id]).fetchall()
     assert dict(rows) == {"scored": len(TASKS)}
-    assert recovery.sweep_sandboxes(warehouse) is not None  # engine 2 is back: what it left is swept
+    recovery.sweep_sandboxes(warehouse)  # engine 2 is back: what it left there is swept (checked below)
     assert sandboxes_on(primary, run_root) == [] and sandboxes_on(remote, run_root) == []
-
-
-def test_an_agent_that_needs_a_sandbox_network_is_refused_on_a_remote_engine(two_engines: dockerd.Dockerd) -> None:
-    remote = engines.named("engine2")
-    assert not remote.local
-    with pytest.raises(AmberError, match="needs an engine on this host"):
-        from amber_pipeline.sandbox.environment import AmberSandbox
-
-        AmberSandbox(amber_network="amber-x", amber_engine="engine2")
 
 
 def test_cells_whose_tasks_reach_allowlisted_hosts_stay_on_this_machines_engine(
         two_engines: dockerd.Dockerd, warehouse: Warehouse, tmp_path: Path) -> None:
     # The same Tasks spread over both engines without an allowlist (above); with one, their sandboxes need the
-    # egress proxy's network, which engine 2 cannot give, so both cells wait for the local engine's one slot.
+    # egress proxy, which a sandbox network on this machine's engine gives more cheaply than engine 2's relays,
+    # so both cells wait for the local engine's one slot.
     registry.register(warehouse, bench(tmp_path), "default", label="reaching@1", allowed_hosts=["pypi.org"])
     job = submit(warehouse, "reaching@1", "nop", [], 1, bounds=True)
     assert sorted(c.pool for c in records.claim_cells(warehouse, job.id)) == ["local", "local"]

@@ -137,8 +137,8 @@ def run_cell(run: CellRun, *, concurrency: int = DEFAULT_CONCURRENCY,
             sandboxes.gateway, sandboxes.relayed = "127.0.0.1", []
         if networked and agent.software is not None:
             sandboxes.software = agent_image.software_image(client, agent.name, agent.software)
-        if net is not None and agent.software is not None:
-            hosts.append(net.gateway)
+            if net is not None:
+                hosts.append(net.gateway)  # the model proxy listens there too
         if sandboxes.gateway is not None and run.benchmark.allowed_hosts:
             egress = stack.enter_context(EgressProxy(run.benchmark.allowed_hosts, host=sandboxes.gateway))
             sandboxes.reach(egress.port, net)

@@ -117,8 +117,7 @@ def _name_the_engine(made: docker.DockerClient, engine: Engine) -> None:
         except requests.exceptions.SSLError:
             raise
         except (requests.exceptions.ConnectionError, paramiko.SSHException) as e:
-            listed = f" (in {settings.sandbox_hosts_file()})" if settings.sandbox_hosts_file() else ""
-            raise EngineUnreachableError(f"The Docker engine {engine.name!r} at {engine.url}{listed} stopped "
+            raise EngineUnreachableError(f"The Docker engine {engine.name!r} at {engine.url}{_listed_in()} stopped "
                                          "answering, and the sandbox with it: restart it or take it out of the "
                                          "engines file.", request=request) from e
 
@@ -129,7 +128,6 @@ def _not_answering(engine: Engine | None, error: BaseException) -> str:
     if engine is None:
         return (f"The Docker engine at {engine_url()} is not answering: start it "
                 "(as root on Debian, `make setup` installs and starts one) and try again.")
-    listed = f" (in {settings.sandbox_hosts_file()})" if settings.sandbox_hosts_file() else ""
     text = str(error)
     if isinstance(error, paramiko.AuthenticationException):
         fix = "its ssh login was refused: give ssh_key a key the host's authorized_keys holds"
@@ -145,7 +143,13 @@ def _not_answering(engine: Engine | None, error: BaseException) -> str:
         fix = "it refused the TLS handshake: give tls_cert and tls_key signed by the CA the engine trusts"
     else:
         fix = "start it, or remove it from the engines file"
-    return f"The Docker engine {engine.name!r} at {engine.url}{listed} is not answering: {fix}."
+    return f"The Docker engine {engine.name!r} at {engine.url}{_listed_in()} is not answering: {fix}."
+
+
+def _listed_in() -> str:
+    """Where a named engine is listed, for a sentence about it."""
+    path = settings.sandbox_hosts_file()
+    return f" (in {path})" if path else ""
 
 
 class _SSHAdapter(SSHHTTPAdapter):

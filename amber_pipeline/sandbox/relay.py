@@ -123,7 +123,7 @@ class Relay:
 
     def __init__(self, container, stream) -> None:
         self.container = container
-        self._stream = stream
+        self._stream = stream  # kept as long as the relay: the attach connection lives in it and its response
         # unix: a SocketIO, whose socket is read and written directly; TLS: the SSL socket; ssh: paramiko's channel
         self._raw = stream._sock if isinstance(stream, socket.SocketIO) else stream  # type: ignore[attr-defined]
         self._pending = getattr(self._raw, "pending", lambda: 0)  # bytes an SSL socket decrypted but not handed out
