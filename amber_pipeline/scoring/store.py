@@ -66,7 +66,7 @@ class Reaggregation:
 def trial_rows(files: Sequence[Path], scan: str | None = None) -> str:
     """The engine's rows over stored Trial files (local paths, or ``scan``: a FROM-clause over them that the
     store gave, `storage.py`): every Trial that is a result (not cancelled with its Job)."""
-    scan = scan or f"read_parquet({sql.path_list(files)}, union_by_name = true)"
+    scan = scan or sql.parquet_files(files)
     return f"""select workspace as scope, cell_key as cell, benchmark_version_id as benchmark, agent,
                       {agent_version_sql('cell_key')} as agent_version,
                       nullif(model_configuration, {sql.string(NO_MODEL)}) as model, task_name as task, reward,

@@ -48,8 +48,7 @@ def fitting(con: duckdb.DuckDBPyConnection, files: Sequence[Path], schema: pa.Sc
         return [local[f] for f in fitting(con, list(local), schema, required)]
     try:
         listed = sql.path_list(files)
-        union = {r[0]: r[1] for r in con.execute(f"describe select * from read_parquet({listed}, "
-                                                  "union_by_name = true, hive_partitioning = false)").fetchall()}
+        union = {r[0]: r[1] for r in con.execute(f"describe select * from {sql.parquet_files(files)}").fetchall()}
         lacking = con.execute(f"select file_name from parquet_schema({listed}) group by file_name "
                               "having not list_has_all(list(name), ?)", [list(required)]).fetchall()
         if not lacking and _fits(union, _duckdb_types(con, schema)):

@@ -39,3 +39,9 @@ def values(rows: Iterable[Iterable[object]]) -> str:
 def path_list(paths: Iterable[Path]) -> str:
     """``['a', 'b']``: a list of file paths, for read_parquet."""
     return "[" + ", ".join(string(p) for p in paths) + "]"
+
+
+def parquet_files(paths: Iterable[Path]) -> str:
+    """A FROM-clause over local Parquet files as one table: columns matched by name (a file that lacks one
+    reads it as null), and no partition columns read from folder names."""
+    return f"read_parquet({path_list(paths)}, union_by_name = true, hive_partitioning = false)"

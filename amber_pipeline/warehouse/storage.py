@@ -123,8 +123,7 @@ class LocalStore:
 
     def scan(self, con: duckdb.DuckDBPyConnection, files: Sequence[Path], schema: pa.Schema, name: str) -> str:
         """A FROM-clause over the Parquet ``files`` for ``con`` (``name``: what it registers, if it must)."""
-        return (f"read_parquet({sql.path_list([self.where(f) for f in files])}, union_by_name = true, "
-                "hive_partitioning = false)")
+        return sql.parquet_files(self.where(f) for f in files)
 
     def put_folder(self, folder: Path) -> None:
         """Copy a finished local folder into the store (nothing to do: it is there)."""
