@@ -8,3 +8,12 @@ infrastructure failure and keeps its traceback and cause.
 
 class AmberError(Exception):
     """A problem the user can fix, stated as one sentence (problem and fix)."""
+
+
+class NotFound(AmberError):
+    """Nothing by that name or id where the user may look; another Workspace's object is reported the same way, so
+    the API answers both alike (404)."""
+
+
+class Forbidden(AmberError):
+    """The user is known but their role does not allow this (staff only, operators only): the API's 403."""

@@ -1,6 +1,7 @@
 """Every test gets its own user config file, so no test reads or writes the developer's; and the shared
 fixtures: an AMBER_HOME in a temporary folder (subprocesses inherit it) and its warehouse; a PostgreSQL
-server, an S3 server and a second Docker engine on loopback; and `both_catalogs`, which runs a test on the
+server, an S3 server and a second Docker engine on loopback; `cli_mode`, which runs a module's CLI tests on the
+embedded default and again against the hosted API; and `both_catalogs`, which runs a test on the
 DuckDB catalog and again on PostgreSQL."""
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import docker
+import helpers
 import pytest
-from servers import dockerd, postgres, s3
+from servers import api, dockerd, postgres, s3
 
 from amber_pipeline.errors import AmberError
 from amber_pipeline.paths import AmberPaths
@@ -83,6 +85,21 @@ def both_catalogs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     subprocesses inherit). Used before `warehouse`, so the Warehouse is made on it."""
     postgres.use_catalog(request.param, request, monkeypatch)
     return request.param
+
+
+@pytest.fixture(params=["local", "api"])
+def cli_mode(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every `helpers.cli` command of the test on the embedded default, then again as the client of `amber
+    serve`'s app on loopback (`servers/api.py`): a module of CLI tests uses it to show both modes print the same."""
+    if request.param == "local":
+        yield "local"
+        return
+    helpers.API_MODE = api.ApiMode()
+    try:
+        yield "api"
+    finally:
+        helpers.API_MODE.stop()
+        helpers.API_MODE = None
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.schemas import TrialRecord, trial_key, trials_table
 
 if TYPE_CHECKING:
+    from servers.api import ApiMode
     from typer.testing import Result
 
 
@@ -80,12 +81,26 @@ def race(script: str, argv: list[list[str]], during: Callable[[], None] | None =
 
 def cli(*args: str, env: dict[str, str] | None = None) -> Result:
     """`amber ARGS` run in this process by Typer's runner (AMBER_HOME and AMBER_CONFIG from the environment,
-    `env` added for this call only); stdout and stderr come back apart."""
+    `env` added for this call only); stdout and stderr come back apart. In a `cli_mode` "api" run, the command
+    is the client of a hosted API on loopback over the same AMBER_HOME (`servers/api.py`)."""
     from typer.testing import CliRunner
 
     from amber_pipeline.cli.app import app
 
-    return CliRunner().invoke(app, list(args), env=env)
+    given = list(args)
+    if API_MODE is not None:  # the same command, as the hosted API's client (`cli_mode`)
+        given, env = API_MODE.client(given, env)
+    return CliRunner().invoke(app, given, env=env)
+
+
+API_MODE: ApiMode | None = None  # set by conftest's `cli_mode` fixture for its "api" runs
+
+
+def sign_in(*args: str) -> None:
+    """Against `amber serve`, make the token of the user `amber ARGS` acts as now (a catalog write), so a test
+    that compares the catalog before and after a command sees only what the command did; nothing locally."""
+    if API_MODE is not None:
+        API_MODE.client(list(args), None)
 
 
 def ok(result: Result) -> str:

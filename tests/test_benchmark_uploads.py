@@ -32,6 +32,8 @@ from amber_pipeline.warehouse.catalog import Warehouse
 from assets.resources import WarehouseResource
 from sensors.benchmark_versions import benchmark_version_sensor
 
+pytestmark = pytest.mark.usefixtures("cli_mode")  # on the embedded default, then against `amber serve`
+
 DEMO = PROJECT_ROOT / "examples" / "demo-bench"
 STATIC = PROJECT_ROOT / "examples" / "static-bench"
 
@@ -360,8 +362,14 @@ def local_registry(tmp_path: Path) -> Path:
 
 
 @pytest.mark.docker
-def test_a_local_registry_import_yields_a_runnable_public_version(tmp_path: Path, warehouse: Warehouse):
+def test_a_local_registry_import_yields_a_runnable_public_version(tmp_path: Path, warehouse: Warehouse,
+                                                                  cli_mode: str):
     registry_file = local_registry(tmp_path)
+    if cli_mode == "api":  # a registry file (and its git repositories here) is the server host's to read
+        assert refusal(cli("benchmark", "import", str(registry_file), "tiny-bench@2.0")) == (
+            f"{str(registry_file)!r} is not an http(s) URL: through the API a registry is read from one (a registry "
+            "file is read on the server's host only).")
+        return
     shown = ok(cli("benchmark", "import", str(registry_file), "tiny-bench@2.0"))
     assert shown.startswith("Public tiny-bench@2.0 (") and "1 Tasks" in shown
     assert ok(cli("benchmark", "import", str(registry_file), "tiny-bench")) == shown  # the same Version again

@@ -31,6 +31,8 @@ from amber_pipeline.warehouse import storage
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.schemas import TrialRecord, trials_table
 
+pytestmark = pytest.mark.usefixtures("cli_mode")  # on the embedded default, then against `amber serve`
+
 DEMO = PROJECT_ROOT / "examples" / "demo-bench"
 # `job submit` pings the Docker engine before it reads its input, `job quote` does not: both must refuse alike.
 QUOTE_OR_SUBMIT = pytest.mark.parametrize("command", ["quote", pytest.param("submit", marks=pytest.mark.docker)])

@@ -40,9 +40,8 @@ from helpers import costs_and_charges, funded, request, stop_group, submit
 from servers import dockerd, postgres, s3
 from servers.ports import free_port
 
-from amber_pipeline import settings, warm_worker
-from amber_pipeline.cli import embedded
-from amber_pipeline.cli.jobs import launch
+from amber_pipeline import embedded, settings, warm_worker
+from amber_pipeline.api.jobs import launch
 from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import lifecycle, records
 from amber_pipeline.money.identity import local_user
@@ -354,7 +353,7 @@ WORKSPACE_QUERY = ("{ workspaceOrError { ... on Workspace { locationEntries { na
 @pytest.mark.dagster_ui
 def test_the_webserver_reports_the_code_servers_location_loaded(tmp_path: Path, deployment: Deployment) -> None:
     port = free_port()
-    code = ("import sys; from pathlib import Path; from amber_pipeline.cli import embedded; "
+    code = ("import sys; from pathlib import Path; from amber_pipeline import embedded; "
             "from amber_pipeline.paths import AmberPaths; home, port, workspace = sys.argv[1:]; "
             "sys.exit(embedded.run_ui(AmberPaths(Path(home)), '127.0.0.1', int(port), Path(workspace)))")
     with open(tmp_path / "ui.log", "wb") as log:

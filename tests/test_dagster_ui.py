@@ -19,7 +19,7 @@ import httpx
 import pytest
 from helpers import funded, stop_group
 
-from amber_pipeline.cli import embedded
+from amber_pipeline import embedded
 from amber_pipeline.jobs import cell_names, records
 from amber_pipeline.money import wallet
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths

@@ -22,8 +22,8 @@ import pytest
 from helpers import submit
 from servers import dockerd
 
+from amber_pipeline import embedded
 from amber_pipeline.benchmarks import registry
-from amber_pipeline.cli import embedded
 from amber_pipeline.jobs import cell_run, placement, quotes, records, recovery, trial_runner
 from amber_pipeline.jobs.records import cells_of, get_job
 from amber_pipeline.money import wallet

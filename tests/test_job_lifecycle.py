@@ -43,7 +43,8 @@ from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.schemas import TrialRecord
 from assets.resources import WarehouseResource
 
-pytestmark = pytest.mark.usefixtures("both_catalogs")  # the money suite runs on DuckDB and on PostgreSQL
+# the money suite runs on DuckDB and on PostgreSQL; its commands on the embedded default and against `amber serve`
+pytestmark = pytest.mark.usefixtures("both_catalogs", "cli_mode")
 
 DEMO = PROJECT_ROOT / "examples" / "demo-bench"
 STATES = ("quoted", "running", "completed", "cancelled", "ceiling_reached", "failed")

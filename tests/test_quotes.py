@@ -35,6 +35,8 @@ from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.schemas import TrialRecord, trials_table
 
+pytestmark = pytest.mark.usefixtures("cli_mode")  # on the embedded default, then against `amber serve`
+
 DEMO = PROJECT_ROOT / "examples" / "demo-bench"
 WS = DEFAULT_WORKSPACE
 NOP_PRIOR_SEC = quotes.PRIORS["nop"].sandbox_sec  # the nop Agent's prior, whatever it is measured at

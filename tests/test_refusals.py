@@ -22,12 +22,14 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from helpers import cli, ok, refusal, request
+from helpers import cli, ok, refusal, request, sign_in
 
 from amber_pipeline.jobs import lifecycle
 from amber_pipeline.money.identity import local_user
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
+
+pytestmark = pytest.mark.usefixtures("cli_mode")  # on the embedded default, then against `amber serve`
 
 DEMO_TASK = PROJECT_ROOT / "examples" / "demo-bench" / "count-log-errors"
 STATIC = PROJECT_ROOT / "examples" / "static-bench"
@@ -269,6 +271,7 @@ CASES: list[tuple[str, list[str], str]] = [
 def test_a_refused_command_changes_nothing(instance: Instance, args: list[str], phrase: str) -> None:
     fill = {"tasks": str(instance.tasks), **instance.names}
     argv = [a.format(**fill) for a in args]
+    sign_in(*argv)
     before = state(instance)
     sentence = refusal(cli(*argv))
     assert phrase.format(**fill) in sentence

@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers import cli, ok, refusal, trial_rows
+from helpers import cli, ok, refusal, sign_in, trial_rows
 
 from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import lifecycle
@@ -27,6 +27,8 @@ from amber_pipeline.money.identity import local_user
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse import confined, views
 from amber_pipeline.warehouse.catalog import Warehouse
+
+pytestmark = pytest.mark.usefixtures("cli_mode")  # on the embedded default, then against `amber serve`
 
 STATIC_BENCH = PROJECT_ROOT / "examples" / "static-bench"
 SECRET = "SECRET-INSTRUCTION-OF-ALICE-7731"
@@ -114,6 +116,7 @@ def test_no_file_can_be_read(instance: Instance) -> None:
 
 
 def test_no_file_can_be_written_and_every_command_still_works(instance: Instance) -> None:
+    sign_in("--user", "bob")
     before = snapshot(instance.home)
     catalog = instance.home / "warehouse" / "catalog.duckdb"
     forged = instance.cell_a / "forged.parquet"

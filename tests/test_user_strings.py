@@ -26,6 +26,8 @@ from amber_pipeline.money.identity import local_user
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse.catalog import CATALOG_DDL, Warehouse
 
+pytestmark = pytest.mark.usefixtures("cli_mode")  # on the embedded default, then against `amber serve`
+
 DEMO = PROJECT_ROOT / "examples" / "demo-bench"
 STAFF = local_user()  # on the embedded default the login user is staff
 AMOUNT_RULE = ("give a plain amount of dollars above zero with at most 6 decimals, like 100 or 12.50, "
@@ -152,10 +154,13 @@ def test_a_refusal_prints_the_names_in_it_as_they_were_typed(home: Path, team: s
 
 
 @pytest.mark.parametrize("user", [" alice", "alice ", "a\nb", "a\tb", "a\x1b[31mb", "x" * 129])
-def test_a_user_id_that_cannot_show_on_one_line_as_typed_is_refused(home: Path, user: str) -> None:
+def test_a_user_id_that_cannot_show_on_one_line_as_typed_is_refused(home: Path, user: str, cli_mode: str) -> None:
     sentence = (f"{json.dumps(user, ensure_ascii=False)} is not a user id: give up to 128 printable characters "
                 "with no space at either end.")
-    assert refusal(cli("--user", user, "workspace", "list")) == sentence
+    if cli_mode == "local":  # the embedded default takes --user
+        assert refusal(cli("--user", user, "workspace", "list")) == sentence
+    else:  # a server's users are only those staff add, by the same rule
+        assert refusal(cli("user", "add", user)) == sentence
     ok(amber(home, "alice", "workspace", "create", "w1"))
     assert refusal(amber(home, "alice", "workspace", "add-member", "w1", user)) == sentence
 

@@ -22,9 +22,8 @@ import pytest
 from dagster._core.instance.ref import InstanceRef
 from helpers import funded, submit
 
-from amber_pipeline import warm_worker
-from amber_pipeline.cli import embedded
-from amber_pipeline.cli.jobs import launch
+from amber_pipeline import embedded, warm_worker
+from amber_pipeline.api.jobs import launch
 from amber_pipeline.jobs import lifecycle, records
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.money.identity import local_user

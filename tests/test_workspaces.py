@@ -21,7 +21,8 @@ from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.schemas import TrialRecord, trials_table
 
-pytestmark = pytest.mark.usefixtures("both_catalogs")  # the money suite runs on DuckDB and on PostgreSQL
+# the money suite runs on DuckDB and on PostgreSQL; its commands on the embedded default and against `amber serve`
+pytestmark = pytest.mark.usefixtures("both_catalogs", "cli_mode")
 
 DEMO = PROJECT_ROOT / "examples" / "demo-bench"
 VIEWS = ("jobs", "quotes", "ledger", "benchmark_versions", "job_cells", "job_spending")

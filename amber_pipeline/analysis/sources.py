@@ -41,7 +41,7 @@ from amber_pipeline.analysis.trial_folders import (
     trial_facts,
 )
 from amber_pipeline.cells import NO_MODEL
-from amber_pipeline.errors import AmberError
+from amber_pipeline.errors import AmberError, NotFound
 from amber_pipeline.jobs import outcomes
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.schemas import EVIDENCE_SCHEMA, TrialRecord
@@ -82,7 +82,7 @@ def amber_job(wh: Warehouse, workspace: str, job_id: str) -> list[TrialEvidence]
     """A Job's Trials that are results (not cancelled), each with what its folder adds."""
     with wh.query(workspace, {"jobs"}) as con:
         if con.execute("select 1 from jobs where id = ?", [job_id]).fetchone() is None:
-            raise AmberError(f"No Job {job_id} in Workspace {workspace}: list Jobs with `amber job status`.")
+            raise NotFound(f"No Job {job_id} in Workspace {workspace}: list Jobs with `amber job status`.")
     rows = [row for stored in wh.store.files(wh.paths.trials, f"*/{job_id}.parquet")
             for row in _rows(wh, derive(wh, stored.path, stored)) if row["workspace"] == workspace]
     evidence = [TrialEvidence(**{k: row[k] for k in FIELDS}) for row in rows]
@@ -178,8 +178,8 @@ def _imported(wh: Warehouse, workspace: str, source: str) -> list[TrialEvidence]
                            "task_name, attempt", [source]).fetch_arrow_table().to_pylist()
     folders = sorted({r["folder"] for r in rows})
     if not rows:
-        raise AmberError(f"No imported Harbor folder {source} in Workspace {workspace}: "
-                         "import it with `amber import-harbor DIR`, or give the folder's path.")
+        raise NotFound(f"No imported Harbor folder {source} in Workspace {workspace}: "
+                       "import it with `amber import-harbor DIR`, or give the folder's path.")
     if len(folders) > 1:
         raise AmberError(f"{source} names {len(folders)} imported folders ({', '.join(folders)}): "
                          "give the folder's path instead.")

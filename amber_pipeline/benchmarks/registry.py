@@ -28,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 
 from amber_pipeline.benchmarks.versions import BenchmarkVersion, FolderTasks, open_snapshot, read_folder
-from amber_pipeline.errors import AmberError
+from amber_pipeline.errors import AmberError, NotFound
 from amber_pipeline.warehouse.catalog import Connection, Warehouse
 
 PUBLIC = "public"
@@ -172,8 +172,8 @@ def lookup(wh: Warehouse, ref: str, workspace: str) -> Listed:
                            "order by owner = ? desc, created_at", [workspace, ref, bool(ID_PREFIX.match(ref)), ref,
                                                                    workspace]).fetchall()
     if not rows:
-        raise AmberError(f"No Benchmark Version {ref} in Workspace {workspace}: list them with "
-                         "`amber benchmark list`, or give a folder path.")
+        raise NotFound(f"No Benchmark Version {ref} in Workspace {workspace}: list them with "
+                       "`amber benchmark list`, or give a folder path.")
     return _listed(rows[0])
 
 

@@ -38,7 +38,7 @@ from pydantic import ValidationError
 from amber_pipeline.benchmarks import registry
 from amber_pipeline.benchmarks.intake import archive, checks
 from amber_pipeline.benchmarks.intake.checks import TaskCheck
-from amber_pipeline.errors import AmberError
+from amber_pipeline.errors import AmberError, NotFound
 from amber_pipeline.warehouse.catalog import Warehouse
 
 KEEP_CHECKED = timedelta(days=7)
@@ -84,13 +84,17 @@ def check_hosts(hosts: Sequence[str]) -> tuple[str, ...]:
     return tuple(sorted(set(allowed)))
 
 
+def no_archive(source: Path) -> AmberError:
+    return AmberError(f"No archive at {source}: give a .tar.gz, .tar or .zip file of Task folders.")
+
+
 def create(wh: Warehouse, workspace: str, user: str, source: Path, name: str,
            allowed_hosts: Sequence[str] = (), *, now: datetime | None = None) -> Upload:
     """Unpack and check an archive, and stage its passing Tasks; a rejected archive raises and leaves nothing."""
     registry.check_name(name)
     hosts = check_hosts(allowed_hosts)
     if not source.is_file() or wh.paths.holds(source):  # paths are not permissions
-        raise AmberError(f"No archive at {source}: give a .tar.gz, .tar or .zip file of Task folders.")
+        raise no_archive(source)
     upload_id = f"upl-{uuid.uuid4().hex[:10]}"
     work = wh.paths.uploads / upload_id
     work.mkdir(parents=True)
@@ -144,7 +148,7 @@ def get(wh: Warehouse, workspace: str, upload_id: str) -> Upload:
     with wh.read() as con:
         row = con.execute(f"{_SELECT} where u.id = ? and u.workspace = ?", [upload_id, workspace]).fetchone()
     if row is None:
-        raise AmberError(f"No upload {upload_id} in Workspace {workspace}: list them with `amber benchmark list`.")
+        raise NotFound(f"No upload {upload_id} in Workspace {workspace}: list them with `amber benchmark list`.")
     return _upload(row)
 
 

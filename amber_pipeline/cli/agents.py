@@ -9,6 +9,7 @@ import typer
 
 from amber_pipeline.agents.catalog import AGENTS, AgentSpec, agent_spec
 from amber_pipeline.cli import options
+from amber_pipeline.cli.context import Context
 from amber_pipeline.cli.output import out
 from amber_pipeline.sandbox import agent_image, docker_engine
 
@@ -42,10 +43,12 @@ def agent_list(as_json: options.Json = False) -> None:
 
 
 @agent_app.command("build")
-def agent_build(names: Annotated[list[str] | None, typer.Argument(help="Agents to build (default: every installed "
+def agent_build(ctx: typer.Context,
+                names: Annotated[list[str] | None, typer.Argument(help="Agents to build (default: every installed "
                                                                        "Agent).")] = None) -> None:
     """Build installed Agents' software images now, so their first Trials do not wait for them (a minute each on
     a bare machine; a lookup once built)."""
+    Context.of(ctx).host_only()  # the images go to the engines of the instance's host
     specs = [agent_spec(n) for n in names] if names else [a for a in AGENTS.values() if a.software is not None]
     client = docker_engine.connect()
     for spec in specs:

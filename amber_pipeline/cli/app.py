@@ -3,7 +3,8 @@
 One sub-app per area (Jobs, money, reports and comparisons, SQL, the
 instance), each a `typer.Typer` merged into the root here. The root reads
 `--user` and `--workspace` into the context object every command acts with.
-Every command works on the instance in AMBER_HOME (default ./.amber). A
+Every command works on the instance in AMBER_HOME (default ./.amber), or,
+with AMBER_URL and a token (`amber login`), asks that server instead. A
 problem the user can fix prints one line and exits 1, without a traceback.
 """
 
@@ -16,7 +17,7 @@ from rich.console import Console
 from rich.text import Text
 from typer.core import TyperGroup
 
-from amber_pipeline.cli import agents, benchmarks, compare, instance, jobs, models, money, report, sql
+from amber_pipeline.cli import account, agents, benchmarks, compare, instance, jobs, models, money, report, sql
 from amber_pipeline.cli.context import Context
 from amber_pipeline.errors import AmberError
 
@@ -34,7 +35,7 @@ class _Group(TyperGroup):
 
 app = typer.Typer(cls=_Group, no_args_is_help=True, add_completion=False,
                   help="Amber: which AI model and agent to choose, with honest uncertainty.")
-for area in (jobs, benchmarks, models, agents, money, report, compare, sql, instance):
+for area in (jobs, benchmarks, models, agents, money, report, compare, sql, instance, account):
     app.add_typer(area.app)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated
@@ -9,15 +10,15 @@ from typing import Annotated
 import typer
 
 from amber_pipeline.analysis import task_review
-from amber_pipeline.benchmarks import adapters, external, lint, registry, uploads
+from amber_pipeline.api.benchmarks import Validation
+from amber_pipeline.benchmarks import adapters, lint, registry, uploads
 from amber_pipeline.benchmarks.tasks import no_benchmark
 from amber_pipeline.cli import options
-from amber_pipeline.cli.context import Acting, Context
-from amber_pipeline.cli.jobs import launch, print_quote, require_docker, watch
+from amber_pipeline.cli.client import folder_archive
+from amber_pipeline.cli.context import Context
+from amber_pipeline.cli.jobs import print_notice, print_quote, watch
 from amber_pipeline.cli.output import out
-from amber_pipeline.errors import AmberError
-from amber_pipeline.jobs import quotes, validation
-from amber_pipeline.money import workspaces
+from amber_pipeline.jobs import quotes
 from amber_pipeline.money.prices import show
 
 app = typer.Typer()
@@ -40,19 +41,21 @@ def upload(ctx: typer.Context,
                "--allow-host", help="A host the Tasks' Environments may reach (the network allowlist); repeat for "
                                     "several. Without any, they reach only the model proxy.")] = None) -> None:
     """Check an archive of Tasks into your Workspace: each Task's format and limits, then its validation Quote."""
-    acting = Context.of(ctx).acting()
-    made = uploads.create(acting.wh, acting.workspace, acting.actor.user, file, name, allow_host or [])
+    c = Context.of(ctx)
+    if not file.is_file() or (c.remote is None and c.paths.holds(file)):  # paths are not permissions
+        raise uploads.no_archive(file)
+    found = c.call("benchmark_upload", archive=str(file), name=name, allow_host=allow_host or [])
+    made = found.upload
     _print_checks(made)
     if not made.passed:
         out.line("No Task passed its checks: fix them and upload again.")
         return
-    priced = validation.estimate(acting.wh, acting.workspace, acting.actor.user, made)
-    if priced is None:
+    if found.validation_cost is None:
         out.line(f"Its {len(made.passed)} static Tasks are validated on this machine at no cost: "
                  f"amber benchmark validate {made.id}")
         return
     out.line(f"Validating its {len(made.passed)} Tasks runs one oracle and one nop Trial each, charged for sandbox "
-             f"time: at most {show(priced.total)}, each Trial at its Task's time limits and stopped at "
+             f"time: at most {show(found.validation_cost)}, each Trial at its Task's time limits and stopped at "
              f"{quotes.VALIDATION_STOP:g} times that; what it does not spend is refunded.")
     out.line(f"Accept the Quote and validate: amber benchmark validate {made.id}")
 
@@ -62,26 +65,18 @@ def validate(ctx: typer.Context, upload_id: UploadId,
              wait: Annotated[bool, typer.Option("--wait", help="Follow the validation Job, then print each Task's "
                                                               "verdict.")] = False) -> None:
     """Accept an upload's validation Quote and run it: one oracle and one nop Trial per Task."""
-    acting = Context.of(ctx).acting()
-    if not _static(acting, upload_id):
-        require_docker(None)
-    started = validation.start(acting.wh, acting.workspace, acting.actor.user, upload_id)
-    if started is None:
-        _print_validation(acting, upload_id)
+    c = Context.of(ctx)
+    started = c.call("benchmark_validate", upload_id=upload_id)
+    if started.job is None:
+        _print_validation(started.validation)
         return
-    made, job = started
-    launch(acting.wh, job.id)
-    print_quote(made)
-    out.line(f"Started {job.id}, the validation of {upload_id}. Its runs show in the Dagster UI under the tag "
-             f"amber/job={job.id}.")
+    print_notice(started.notice)
+    print_quote(started.quote)
+    out.line(f"Started {started.job.id}, the validation of {upload_id}. Its runs show in the Dagster UI under the "
+             f"tag amber/job={started.job.id}.")
     if wait:
-        watch(acting, job.id)
-        _print_validation(acting, upload_id)
-
-
-def _static(acting: Acting, upload_id: str) -> bool:
-    found = uploads.get(acting.wh, acting.workspace, upload_id)
-    return bool(found.passed) and all(c.static for c in found.passed)
+        watch(c, started.job.id)
+        _print_validation(c.call("benchmark_validation", upload_id=upload_id))
 
 
 @benchmark_app.command("publish")
@@ -89,13 +84,13 @@ def publish(ctx: typer.Context, upload_id: UploadId,
             exclude: Annotated[list[str] | None, typer.Option(
                 "--exclude", help="A Task to leave out although it passed; repeat for several.")] = None) -> None:
     """Make a private Benchmark Version of an upload's Tasks that passed validation."""
-    acting = Context.of(ctx).acting()
-    version, label, left_out = validation.publish(acting.wh, acting.workspace, upload_id, exclude or [])
-    out.line(f"Published {label} ({version.id[:12]}): {len(version.tasks)} Tasks, private to Workspace "
-             f"{acting.workspace}. Run it with: amber job submit {label}")
-    if left_out:
+    c = Context.of(ctx)
+    made = c.call("benchmark_publish", upload_id=upload_id, exclude=exclude or [])
+    out.line(f"Published {made.label} ({made.version_id[:12]}): {made.n_tasks} Tasks, private to Workspace "
+             f"{made.workspace}. Run it with: amber job submit {made.label}")
+    if made.left_out:
         out.table(["Task", "left out because"],
-                  ([r.name, "excluded" if r.passed else r.reason] for r in left_out))
+                  ([r.name, "excluded" if r.passed else r.reason] for r in made.left_out))
 
 
 @benchmark_app.command("lint", help="Rules that catch unfair Tasks before anyone pays: " + " ".join(
@@ -107,14 +102,16 @@ def lint_(ctx: typer.Context,
                                      "through the model proxy: " + task_review.RUBRIC.replace("\n", " "))] = None,
           strict: Annotated[bool, typer.Option("--strict", help="Exit 1 on warnings too.")] = False,
           as_json: options.Json = False) -> None:
-    if Context.of(ctx).warehouse.paths.holds(path):  # paths are not permissions: stored Tasks are not yours to read
+    c = Context.of(ctx)
+    if c.remote is None and c.paths.holds(path):  # paths are not permissions: stored Tasks are not yours to read
         raise no_benchmark(path)
     findings = lint.lint(path)
     reviews: list[task_review.Review] = []
     if review_model is not None:
-        acting = Context.of(ctx).acting()
-        reviews = task_review.review(path, review_model, acting.wh.paths, acting.workspace,
-                                     allowed_providers=workspaces.provider_policy(acting.wh, acting.workspace))
+        if not path.is_dir():
+            raise no_benchmark(path)
+        with folder_archive(path) if c.remote is not None else contextlib.nullcontext(path) as sent:
+            reviews = c.call("benchmark_review", folder=str(sent), model=review_model)
     if as_json:
         out.json({"findings": [f.__dict__ for f in findings], "reviews": [r.__dict__ for r in reviews]})
     else:
@@ -141,10 +138,9 @@ def import_(ctx: typer.Context,
                                                         "would pick).")]) -> None:
     """Make a public Benchmark Version of a Harbor registry dataset, its Tasks fetched at their pinned commits
     (Amber staff only)."""
-    acting = Context.of(ctx).acting()
-    require_staff(acting)
-    version, label = external.import_dataset(acting.wh, source, dataset)
-    out.line(f"Public {label} ({version.id[:12]}): {len(version.tasks)} Tasks. Run it with: amber job submit {label}")
+    made = Context.of(ctx).call("benchmark_import", registry=source, dataset=dataset)
+    out.line(f"Public {made.label} ({made.version_id[:12]}): {made.n_tasks} Tasks. Run it with: amber job submit "
+             f"{made.label}")
 
 
 @benchmark_app.command("adapt")
@@ -160,43 +156,30 @@ def adapt(ctx: typer.Context,
           limit: Annotated[int | None, typer.Option("--limit", help="Only the first N items.")] = None,
           public: options.Public = False) -> None:
     """Make a Benchmark of static Tasks (the Direct Agent's) from a published dataset's file."""
-    acting = Context.of(ctx).acting()
-    if public:
-        require_staff(acting)
-    owner = registry.PUBLIC if public else acting.workspace
-    for version, label, adapted in external.adapt_dataset(acting.wh, owner, kind, file, name, limit=limit,
-                                                          shards=shards):
-        out.line(f"{'Public' if public else 'Private'} {label} ({version.id[:12]}): {len(version.tasks)} static "
-                 f"Tasks. Run it with: amber job submit {label} --agent direct --model MODEL")
-        for sentence in adapted.refused:
+    for made in Context.of(ctx).call("benchmark_adapt", kind=kind, file=str(file), name=name,
+                                     shards=None if shards is None else str(shards), limit=limit, public=public):
+        out.line(f"{'Public' if made.public else 'Private'} {made.label} ({made.version_id[:12]}): {made.n_tasks} "
+                 f"static Tasks. Run it with: amber job submit {made.label} --agent direct --model MODEL")
+        for sentence in made.refused:
             out.line(f"Left out: {sentence}")
-
-
-def require_staff(acting: Acting) -> None:
-    with acting.wh.read() as con:
-        if not workspaces.is_staff(con, acting.actor.user):
-            raise AmberError("Only Amber staff can make a public Benchmark Version: make a private one with "
-                             "`amber benchmark upload`.")
 
 
 @benchmark_app.command("list")
 def list_(ctx: typer.Context, as_json: options.Json = False) -> None:
     """Public Benchmark Versions and your Workspace's private ones, then your uploads not yet published."""
-    acting = Context.of(ctx).acting()
-    listed = registry.visible(acting.wh, acting.workspace)
-    pending = uploads.of_workspace(acting.wh, acting.workspace)
+    found = Context.of(ctx).call("benchmark_list")
     if as_json:
-        out.json({"versions": [_version_json(v) for v in listed],
+        out.json({"versions": [_version_json(v) for v in found.versions],
                   "uploads": [{"id": u.id, "name": u.name, "status": u.status, "tasks": len(u.checks),
-                               "passed_checks": len(u.passed), "created_at": u.created_at} for u in pending]})
+                               "passed_checks": len(u.passed), "created_at": u.created_at} for u in found.uploads]})
         return
     out.table(["label", "visibility", "Tasks", "hash", "validation"],
               ([v.label, "public" if v.public else "private", v.n_tasks, v.id[:12], ORIGINS.get(v.origin, v.origin)]
-               for v in listed), title=f"Benchmark Versions Workspace {acting.workspace} sees")
-    if pending:
+               for v in found.versions), title=f"Benchmark Versions Workspace {found.workspace} sees")
+    if found.uploads:
         out.table(["upload", "name", "status", "Tasks", "passed checks", "uploaded"],
                   ([u.id, u.name, u.status, len(u.checks), len(u.passed), f"{u.created_at:%Y-%m-%d %H:%M}"]
-                   for u in pending), title="Uploads not yet published")
+                   for u in found.uploads), title="Uploads not yet published")
 
 
 def _version_json(v: registry.Listed) -> dict:
@@ -210,22 +193,22 @@ def show_(ctx: typer.Context, ref: Annotated[str, typer.Argument(help="A Benchma
                                                                      "upload's id.")],
           as_json: options.Json = False) -> None:
     """One Benchmark Version (its Tasks, hash, visibility, validation) or one upload (each Task's verdict)."""
-    acting = Context.of(ctx).acting()
+    c = Context.of(ctx)
     if ref.startswith("upl-"):
-        _print_validation(acting, ref, as_json)
+        _print_validation(c.call("benchmark_validation", upload_id=ref), as_json)
         return
-    found = registry.lookup(acting.wh, ref, acting.workspace)
-    version = registry.version(acting.wh, found.id, found.owner)
+    shown = c.call("benchmark_show", ref=ref)
+    found = shown.listed
     if as_json:
-        out.json(_version_json(found) | {"tasks": [t.name for t in version.tasks]})
+        out.json(_version_json(found) | {"tasks": [t.name for t in shown.tasks]})
         return
-    visibility = "public" if found.public else f"private to Workspace {acting.workspace}"
+    visibility = "public" if found.public else f"private to Workspace {shown.workspace}"
     out.line(f"{found.label}: {found.n_tasks} Tasks, {visibility}, {ORIGINS.get(found.origin, found.origin)}")
     out.line(f"hash {found.id}")
     out.line("network allowlist: " + (", ".join(found.allowed_hosts) or "none (the model proxy only)"))
     out.table(["Task", "kind", "agent timeout (s)"],
               ([t.name, "static" if t.static else "Environment",
-                "" if t.agent_timeout_sec is None else f"{t.agent_timeout_sec:g}"] for t in version.tasks))
+                "" if t.agent_timeout_sec is None else f"{t.agent_timeout_sec:g}"] for t in shown.tasks))
 
 
 def _print_checks(made: uploads.Upload) -> None:
@@ -235,22 +218,21 @@ def _print_checks(made: uploads.Upload) -> None:
                     "their checks")
 
 
-def _print_validation(acting: Acting, upload_id: str, as_json: bool = False) -> None:
-    found = uploads.get(acting.wh, acting.workspace, upload_id)
-    verdicts = validation.results(acting.wh, found)
+def _print_validation(found: Validation, as_json: bool = False) -> None:
+    upload, verdicts = found.upload, found.verdicts
     if as_json:
-        out.json({"upload": found.id, "name": found.name, "status": found.status,
-                  "validation_job": found.validation_job_id, "allowed_hosts": list(found.allowed_hosts),
+        out.json({"upload": upload.id, "name": upload.name, "status": upload.status,
+                  "validation_job": upload.validation_job_id, "allowed_hosts": list(upload.allowed_hosts),
                   "tasks": [r.__dict__ for r in verdicts]})
         return
     out.table(["Task", "verdict", "oracle", "nop", "reason"],
               ([r.name, {True: "pass", False: "fail", None: "pending"}[r.passed], _reward(r.oracle), _reward(r.nop),
                 r.reason or ""] for r in verdicts),
-              title=f"Upload {found.id} of {found.name}: {found.status}")
+              title=f"Upload {upload.id} of {upload.name}: {upload.status}")
     passed = sum(r.passed is True for r in verdicts)
-    if found.status == "validated":
+    if upload.status == "validated":
         if passed:
-            out.line(f"{passed} of {len(verdicts)} Tasks passed. Publish them: amber benchmark publish {found.id}"
+            out.line(f"{passed} of {len(verdicts)} Tasks passed. Publish them: amber benchmark publish {upload.id}"
                      " [--exclude TASK ...]")
         else:
             out.line("No Task passed validation: fix them and upload again.")
@@ -258,4 +240,3 @@ def _print_validation(acting: Acting, upload_id: str, as_json: bool = False) -> 
 
 def _reward(value: float | None) -> str:
     return "" if value is None else f"{Decimal(str(value)):g}"
-

@@ -17,7 +17,7 @@ import typer
 from amber_pipeline.analysis import compare as comparison
 from amber_pipeline.analysis import leaderboard as board_of
 from amber_pipeline.analysis import plan as planning
-from amber_pipeline.analysis import source_paths, sources
+from amber_pipeline.analysis import source_paths
 from amber_pipeline.cli import options
 from amber_pipeline.cli.context import Context
 from amber_pipeline.cli.output import out
@@ -108,27 +108,18 @@ def compare_cmd(
 ) -> None:
     """Compare candidates with a baseline on paired cases: interval, verdict, caveats, advice and costs."""
     routes = _routes_per_side(route, 1 + len(candidates))
-    acting = Context.of(ctx).acting()
-    if plot is not None:
+    c = Context.of(ctx)
+    if plot is not None and c.remote is None:
+        acting = c.acting()
         source_paths.writable(acting.wh, acting.workspace, plot)
-    base = sources.load(acting.wh, acting.workspace, baseline)
     names: list[str] = []
     for source, r in zip(candidates, routes[1:], strict=True):
         name = source if len(route or []) < 2 else f"{source} {r}"
         names.append(name if name not in names else f"{name} #{len(names) + 1}")
-    cands = {n: sources.load(acting.wh, acting.workspace, s) for n, s in zip(names, candidates, strict=True)}
     base_name = baseline if len(route or []) < 2 else f"{baseline} {routes[0]}"
-    if len(cands) == 1:
-        result = comparison.compare(base, cands[names[0]], margin_points=margin_points, route=routes[0],
-                                    candidate_route=routes[1])
-        results = {names[0]: result}
-        payload: dict[str, Any] = {"baseline": base_name, "candidate": names[0], **result}
-    else:
-        many = comparison.compare_many(base, cands, margin_points, route=routes[0],
-                                       candidate_routes={n: r for n, r in zip(names, routes[1:], strict=True)
-                                                         if r is not None})
-        results = many["comparisons"]
-        payload = {"baseline": base_name, **many}
+    found = c.call("compare", baseline=baseline, candidates=candidates, margin_points=margin_points, routes=routes,
+                   names=names, baseline_name=base_name)
+    payload, results = found.payload, found.results
     if plot is not None:
         from amber_pipeline.analysis import plots
 
@@ -160,10 +151,8 @@ def leaderboard_cmd(
     as_json: options.Json = False,
 ) -> None:
     """Place a round on a public board by pass rate and strict pass rate, each as a range of ranks."""
-    rows = board_of.load_board(board)
-    acting = Context.of(ctx).acting()
-    result = board_of.leaderboard(sources.load(acting.wh, acting.workspace, source), rows, all_tasks=total_tasks,
-                                  route=route)
+    result = Context.of(ctx).call("leaderboard", source=source, rows=board_of.load_board(board), route=route,
+                                  total_tasks=total_tasks)
     if as_json:
         out.json({"source": source, **result})
         return

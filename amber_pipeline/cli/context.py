@@ -1,29 +1,31 @@
-"""What every command acts with: this Amber's home, the acting user and the Workspace they act in.
+"""What every command acts with: this Amber's home or its server, the acting user and the Workspace they act in.
 
 The root command reads `--user` and `--workspace` once and keeps them on a
-:class:`Context` in Typer's context object; commands ask it for what they need
-(the warehouse, the actor, the checked Workspace), so nothing lives in module
-globals and every command takes the two options the same way.
+:class:`Context` in Typer's context object. A command asks it to `call` an
+operation (`amber_pipeline.api`): in this process on the embedded default, or
+on the server `AMBER_URL` names, as the user the token says (there `--user` is
+refused: a token is the only way to be someone). Either way the record comes
+back the same, so every command prints the same in both modes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import typer
+from pydantic import BaseModel
 
-from amber_pipeline.jobs import lifecycle
-from amber_pipeline.money import identity, workspaces
+from amber_pipeline.api.operations import Acting, call_local, in_workspace
+from amber_pipeline.api.registry import OPERATIONS
+from amber_pipeline.cli.client import Remote
+from amber_pipeline.errors import AmberError
+from amber_pipeline.money import identity
 from amber_pipeline.paths import AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
 
-
-@dataclass(frozen=True)
-class Acting:
-    wh: Warehouse
-    actor: identity.Actor
-    workspace: str
+__all__ = ["Acting", "Context"]
 
 
 @dataclass
@@ -40,7 +42,35 @@ class Context:
         return found
 
     @cached_property
+    def remote(self) -> Remote | None:
+        """The server to ask, when AMBER_URL (or a saved login) names one."""
+        found = Remote.from_env()
+        if found is not None and self.user is not None:
+            raise AmberError(f"--user is for the embedded default only: against {found.url} you act as whoever "
+                             "your token says, so drop --user (or sign in as the other user with `amber login`).")
+        return found
+
+    def call(self, name: str, params: BaseModel | None = None, /, **fields: Any) -> Any:
+        """The record of the operation `name` (params given, or made of `fields`), acting in --workspace (else
+        the config's, else the user's default)."""
+        op = OPERATIONS[name]
+        chosen = params if params is not None else op.params(**fields)
+        workspace = self.workspace or identity.load_config().get("workspace")
+        if self.remote is not None:
+            return self.remote.call(op, workspace, chosen)
+        return call_local(self.warehouse, self.actor, name, workspace, chosen)
+
+    def host_only(self) -> None:
+        """Refuse a command that works on this machine's instance itself (its daemon, its files, a folder of
+        it) when the CLI is a server's client."""
+        if self.remote is not None:
+            raise AmberError(f"This command works on an Amber instance on this machine, not through "
+                             f"{self.remote.url}: run it on the server's host, or unset AMBER_URL for the embedded "
+                             "default.")
+
+    @cached_property
     def warehouse(self) -> Warehouse:
+        self.host_only()
         return Warehouse(self.paths)
 
     @cached_property
@@ -48,11 +78,8 @@ class Context:
         return identity.resolve(self.user, self.workspace)
 
     def acting(self) -> Acting:
-        """The warehouse, the actor and the Workspace they act in (membership checked); Quotes past their
-        hour are expired first, so every command sees their reservations released."""
-        workspace = workspaces.acting_workspace(self.warehouse, self.actor)
-        lifecycle.expire_due(self.warehouse)
-        return Acting(self.warehouse, self.actor, workspace)
+        """The warehouse, the actor and the Workspace they act in (membership checked), on this machine."""
+        return in_workspace(self.warehouse, self.actor)
 
     def named_workspace(self) -> str:
         """The Workspace a command names without acting in it (staff crediting a Wallet): --workspace, else the

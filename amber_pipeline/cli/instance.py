@@ -7,10 +7,11 @@ from typing import Annotated
 
 import typer
 
+from amber_pipeline import embedded
 from amber_pipeline.agents.catalog import AGENTS, DEFAULT_AGENT, agent_spec
-from amber_pipeline.cli import embedded
+from amber_pipeline.api.jobs import launch
 from amber_pipeline.cli.context import Context
-from amber_pipeline.cli.jobs import follow, launch, print_quote
+from amber_pipeline.cli.jobs import follow, print_notice, print_quote
 from amber_pipeline.cli.money import print_wallet
 from amber_pipeline.cli.output import out
 from amber_pipeline.jobs import lifecycle
@@ -33,22 +34,27 @@ def ui(ctx: typer.Context,
        host: Annotated[str, typer.Option("--host", help="The address to serve on.")] = "127.0.0.1",
        port: Annotated[int, typer.Option("--port", help="The port to serve on.")] = 3000) -> None:
     """Serve the Dagster UI and run its daemon on the embedded instance (Ctrl-C stops both)."""
+    c = Context.of(ctx)
+    c.host_only()
     out.line(f"Amber UI: http://{host}:{port} (Ctrl-C stops it)")
-    raise typer.Exit(embedded.run_ui(Context.of(ctx).paths, host, port))
+    raise typer.Exit(embedded.run_ui(c.paths, host, port))
 
 
 @daemon_app.command("start")
 def daemon_start(ctx: typer.Context) -> None:
     """Start the daemon in the background, unless it runs already."""
-    paths = Context.of(ctx).paths
-    pid = embedded.start_daemon(paths)
-    out.line(f"Amber daemon running (pid {pid}); log in {paths.dagster_home / 'daemon.log'}")
+    c = Context.of(ctx)
+    c.host_only()
+    pid = embedded.start_daemon(c.paths)
+    out.line(f"Amber daemon running (pid {pid}); log in {c.paths.dagster_home / 'daemon.log'}")
 
 
 @daemon_app.command("stop")
 def daemon_stop(ctx: typer.Context) -> None:
     """Stop the daemon this instance runs."""
-    stopped = embedded.stop_daemon(Context.of(ctx).paths)
+    c = Context.of(ctx)
+    c.host_only()
+    stopped = embedded.stop_daemon(c.paths)
     out.line("Amber daemon stopped." if stopped else "No Amber daemon was running.")
 
 
@@ -61,8 +67,10 @@ def demo(ctx: typer.Context,
     Configurations, oracle and nop as bounds; then the Direct Agent on the static example Benchmark. Every model
     call goes through the model proxy, which meters it."""
     spec = agent_spec(agent)
+    c = Context.of(ctx)
+    c.host_only()
     docker_engine.connect()
-    acting = Context.of(ctx).acting()
+    acting = c.acting()
     wh = acting.wh
     state, _ = wallet.read(wh, acting.workspace)
     if state.available < DEMO_CREDIT:
@@ -78,19 +86,19 @@ def demo(ctx: typer.Context,
                                  model_configurations=DEMO_MODELS if spec.needs_model else [],
                                  trials_per_task=trials, bounds=True, public=True)
             made, job = lifecycle.submit(wh, acting.workspace, acting.actor.user, request)
-            launch(wh, job.id)
+            print_notice(launch(acting.wh, job.id))
             print_quote(made)
             models = " with replay-strong and replay-weak (scripted replies, not real models)" \
                 if spec.needs_model else ""
             out.line(f"Started {job.id}: {agent}{models}, oracle and nop as bounds.")
-            follow(acting, job.id)
+            follow(c, job.id)
         static = JobRequest(benchmark=str(STATIC_BENCHMARK), agent="direct", model_configurations=DEMO_MODELS,
                             trials_per_task=trials, public=True)
         made, static_job = lifecycle.submit(wh, acting.workspace, acting.actor.user, static)
-        launch(wh, static_job.id)
+        print_notice(launch(acting.wh, static_job.id))
         print_quote(made)
         out.line(f"Started {static_job.id}: the Direct Agent on 12 static Tasks, one model call each, no sandbox.")
-        follow(acting, static_job.id)
+        follow(c, static_job.id)
     finally:
         if started_here:
             embedded.stop_daemon(wh.paths)

@@ -9,7 +9,7 @@ import typer
 from amber_pipeline.cli import options
 from amber_pipeline.cli.context import Context
 from amber_pipeline.cli.output import out
-from amber_pipeline.money import identity, wallet, workspaces
+from amber_pipeline.money import identity, wallet
 from amber_pipeline.money.prices import show
 
 app = typer.Typer()
@@ -24,8 +24,7 @@ WorkspaceName = Annotated[str, typer.Argument(help="The Workspace's name: letter
 @workspace_app.command("create")
 def workspace_create(ctx: typer.Context, name: WorkspaceName) -> None:
     """Create a Workspace; you become its first member. Its Wallet starts empty."""
-    c = Context.of(ctx)
-    workspaces.create(c.warehouse, c.actor, name)
+    Context.of(ctx).call("workspace_create", name=name)
     out.line(f"Created Workspace {name}; its Wallet is empty until staff add a Credit.")
 
 
@@ -33,24 +32,24 @@ def workspace_create(ctx: typer.Context, name: WorkspaceName) -> None:
 def workspace_add_member(ctx: typer.Context, name: WorkspaceName,
                          user: Annotated[str, typer.Argument(help="The user to add.")]) -> None:
     """Add a user to a Workspace you belong to."""
-    c = Context.of(ctx)
-    workspaces.add_member(c.warehouse, c.actor, name, user)
+    Context.of(ctx).call("workspace_add_member", name=name, user=user)
     out.line(f"{user} is a member of {name}.")
 
 
 @workspace_app.command("list")
 def workspace_list(ctx: typer.Context) -> None:
     """The Workspaces you belong to, with their member counts."""
-    c = Context.of(ctx)
-    out.table(["Workspace", "members"], workspaces.list_for(c.warehouse, c.actor.user),
-              title=f"Workspaces of {c.actor.user}")
+    found = Context.of(ctx).call("workspace_list")
+    out.table(["Workspace", "members"], ([m.workspace, m.members] for m in found.workspaces),
+              title=f"Workspaces of {found.user}")
 
 
 @workspace_app.command("use")
 def workspace_use(ctx: typer.Context, name: WorkspaceName) -> None:
     """Make a Workspace your default (in your config file)."""
     c = Context.of(ctx)
-    workspaces.acting_workspace(c.warehouse, identity.Actor(c.actor.user, name))
+    c.workspace = name
+    c.call("workspace_show")  # a member of it, or refused
     identity.save_config({"workspace": name})
     out.line(f"You now act in Workspace {name} by default ({identity.config_path()}).")
 
@@ -63,12 +62,9 @@ def workspace_provider_policy(
                  "such as deepinfra, or an endpoint's host) its private Benchmarks may be sent to.")] = None,
         any_provider: Annotated[bool, typer.Option("--any", help="Drop the policy: any Provider.")] = False) -> None:
     """Show or set the Providers the acting Workspace's private Benchmarks may be sent to."""
-    acting = Context.of(ctx).acting()
-    if providers or any_provider:
-        workspaces.set_provider_policy(acting.wh, acting.actor, acting.workspace, None if any_provider else providers)
-    policy = workspaces.provider_policy(acting.wh, acting.workspace)
-    shown = "any Provider" if policy is None else ", ".join(sorted(policy))
-    out.line(f"Workspace {acting.workspace} sends its private Benchmarks to: {shown}.")
+    policy = Context.of(ctx).call("workspace_provider_policy", providers=providers, any_provider=any_provider)
+    shown = "any Provider" if policy.providers is None else ", ".join(policy.providers)
+    out.line(f"Workspace {policy.workspace} sends its private Benchmarks to: {shown}.")
 
 
 @credit_app.command("add")
@@ -77,21 +73,18 @@ def credit_add(ctx: typer.Context,
                reason: Annotated[str, typer.Option("--reason", help="Why the Credit is given (required).")] = "",
                ) -> None:
     """Add a Credit to the Wallet of the Workspace named by --workspace (staff only, with a reason)."""
-    c = Context.of(ctx)
-    workspace = c.named_workspace()
-    entry = wallet.add_credit(c.warehouse, c.actor, workspace, amount, reason)
-    out.line(f"Credited {show(entry)} to Workspace {workspace}.")
+    credited = Context.of(ctx).call("credit_add", amount=amount, reason=reason)
+    out.line(f"Credited {show(credited.amount)} to Workspace {credited.workspace}.")
 
 
 @app.command("wallet")
 def wallet_cmd(ctx: typer.Context, as_json: options.Json = False) -> None:
     """The Wallet of the acting Workspace: balance, reserved, available, and its ledger."""
-    acting = Context.of(ctx).acting()
-    state, entries = wallet.read(acting.wh, acting.workspace)
+    found = Context.of(ctx).call("wallet_read")
     if as_json:
-        out.json(wallet.to_json(state, entries))
+        out.json(wallet.to_json(found.state, found.entries))
         return
-    print_wallet(state, entries)
+    print_wallet(found.state, found.entries)
 
 
 def print_wallet(state: wallet.WalletState, entries: list[wallet.Entry], last: int | None = None) -> None:

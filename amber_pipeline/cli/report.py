@@ -12,20 +12,15 @@ from typing import Annotated, Any
 
 import typer
 
-from amber_pipeline.analysis import judge, source_paths, sources
-from amber_pipeline.analysis.evidence import TrialEvidence
-from amber_pipeline.analysis.report import build_report, render_text
-from amber_pipeline.analysis.trial_folders import HARBOR_PREFIX
+from amber_pipeline.analysis import source_paths, sources
+from amber_pipeline.analysis.report import render_text
+from amber_pipeline.api.reports import REPORT_FILE
 from amber_pipeline.benchmarks.tasks import find_task_dirs, load_task, no_benchmark
 from amber_pipeline.cli import options
-from amber_pipeline.cli.context import Acting, Context
-from amber_pipeline.cli.jobs import job_record
+from amber_pipeline.cli.context import Context
 from amber_pipeline.cli.output import out
 from amber_pipeline.errors import AmberError
-from amber_pipeline.warehouse.catalog import Warehouse
-from amber_pipeline.warehouse.files import write_text
 
-REPORT_FILE = "amber-report.json"
 app = typer.Typer()
 
 
@@ -37,11 +32,14 @@ def read_tasks(path: Path) -> tuple[list[str], dict[str, float]]:
     return [s.name for s in specs], {s.name: s.agent_timeout_sec for s in specs if s.agent_timeout_sec is not None}
 
 
-def read_labels(path: Path, acting: Acting) -> dict[str, str]:
-    """labels.json: one JSON object, trial name -> cause; one the Workspace may not read reads as missing."""
+def read_labels(path: Path, c: Context) -> dict[str, str]:
+    """labels.json: one JSON object, trial name -> cause; on this machine's instance, one the Workspace may not
+    read reads as missing (a server's client reads its own files)."""
     missing = AmberError(f"No labels file at {path}: give the path of labels.json.")
-    if not source_paths.permitted(acting.wh, acting.workspace, path):
-        raise missing
+    if c.remote is None:
+        acting = c.acting()
+        if not source_paths.permitted(acting.wh, acting.workspace, path):
+            raise missing
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
@@ -53,28 +51,6 @@ def read_labels(path: Path, acting: Acting) -> dict[str, str]:
     return data
 
 
-def report_path(wh: Warehouse, workspace: str, source: str, evidence: list[TrialEvidence]) -> Path:
-    """Where the JSON report goes, next to the source.
-
-    A Harbor job folder: inside it. ``harbor:<name>``: the folder that holds its Trial folders when
-    they share one, else ``$AMBER_HOME/runs/<name>``. An Amber Job: ``$AMBER_HOME/runs/<job>``. A folder
-    or harbor:<name> place inside Amber's home must be the Workspace's own (`source_paths.writable`); an
-    Amber Job's is, since its evidence loaded.
-    """
-    folder = Path(source)
-    if not source.startswith(HARBOR_PREFIX) and folder.is_dir():
-        return source_paths.writable(wh, workspace, folder / REPORT_FILE)
-    name = source.removeprefix(HARBOR_PREFIX)
-    if source.startswith(HARBOR_PREFIX):
-        parents = {Path(e.trial_dir).parent for e in evidence if e.trial_dir}
-        if len(parents) == 1 and (parent := parents.pop()).is_dir():
-            return source_paths.writable(wh, workspace, parent / REPORT_FILE)
-    if not name or Path(name).name != name or name in (".", ".."):
-        raise AmberError(f"{source!r} is neither a folder nor an Amber Job id: give one of them.")
-    path = wh.paths.runs / name / REPORT_FILE
-    return source_paths.writable(wh, workspace, path) if source.startswith(HARBOR_PREFIX) else path
-
-
 def _plotter() -> Callable[[dict[str, Any], Path], list[Path]]:
     try:
         plots = importlib.import_module("amber_pipeline.analysis.plots")
@@ -84,18 +60,6 @@ def _plotter() -> Callable[[dict[str, Any], Path], list[Path]]:
         raise AmberError("Plotting is unavailable in this installation: run the report without --plot.") from None
     report_plots: Callable[[dict[str, Any], Path], list[Path]] = plots.report_plots
     return report_plots
-
-
-def _job_record(acting: Acting, source: str) -> dict[str, Any]:
-    """What an Amber Job's record adds to its report (the Tasks it left missing, where the Agent's own token
-    count disagrees with the proxy's); nothing for a folder or a Job whose Trials are here but whose record
-    is not."""
-    if not source.startswith("job-") or Path(source).exists():
-        return {}
-    try:
-        return job_record(acting, source)
-    except AmberError:
-        return {}
 
 
 @app.command("report")
@@ -112,30 +76,24 @@ def report_cmd(
 ) -> None:
     """Pass rates with 95% intervals, why attempts failed, near misses and the cells of one round."""
     draw_plots = _plotter() if plot is not None else None
-    acting = Context.of(ctx).acting()
-    if tasks is not None and acting.wh.paths.holds(tasks):  # paths are not permissions
+    c = Context.of(ctx)
+    if tasks is not None and c.remote is None and c.paths.holds(tasks):  # paths are not permissions
         raise no_benchmark(tasks)
     all_tasks, limits = read_tasks(tasks) if tasks is not None else (None, None)
-    given_labels = read_labels(labels, acting) if labels is not None else None
-    if plot is not None:  # both files `plots.report_plots` writes: the plot and NAME-cost.png beside it
+    given_labels = read_labels(labels, c) if labels is not None else None
+    if plot is not None and c.remote is None:  # both files `plots.report_plots` writes: the plot and NAME-cost.png
+        acting = c.acting()
         for target in (plot, plot.with_stem(plot.stem + "-cost")):
             source_paths.writable(acting.wh, acting.workspace, target)
-    evidence = sources.load(acting.wh, acting.workspace, source)
-    job = _job_record(acting, source)
-    result = build_report(evidence, all_tasks=all_tasks, task_time_limits=limits, labels=given_labels,
-                          missing_tasks=job.get("missing_tasks"))
-    if job:
-        result["metering_disagreements"] = job["metering_disagreements"]
+    made = c.call("report", source=source, all_tasks=all_tasks, task_time_limits=limits, labels=given_labels,
+                  write_json=as_json)
     if as_json:
-        text = json.dumps(result, indent=2, allow_nan=False)
-        path = report_path(acting.wh, acting.workspace, source, evidence)
-        write_text(path, text + "\n")
-        typer.echo(text)
-        typer.echo(f"Wrote {path}", err=True)
+        typer.echo(json.dumps(made.report, indent=2, allow_nan=False))
+        typer.echo(f"Wrote {made.path}" + (f" on {c.remote.url}" if c.remote is not None else ""), err=True)
     else:
-        typer.echo(render_text(result), nl=False)
+        typer.echo(render_text(made.report), nl=False)
     if draw_plots is not None and plot is not None:
-        for written in draw_plots(result, plot):
+        for written in draw_plots(made.report, plot):
             typer.echo(f"Wrote {written}", err=True)
 
 
@@ -157,16 +115,16 @@ def judge_cmd(ctx: typer.Context, source: options.Source,
                                                                 "stage.")] = None,
               as_json: options.Json = False) -> None:
     """Sort failed Trials into stages (understand, write, verify, other) with a model judge."""
-    acting = Context.of(ctx).acting()
+    c = Context.of(ctx)
     labels = None
     if stage_labels is not None:
         try:
-            if not source_paths.permitted(acting.wh, acting.workspace, stage_labels):
+            if c.remote is None and not source_paths.permitted(c.warehouse, c.acting().workspace, stage_labels):
                 raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(stage_labels))
             labels = json.loads(stage_labels.read_text())
         except (OSError, ValueError) as e:
             raise AmberError(f"{stage_labels} is not a JSON object of trial name -> stage ({e}).") from None
-    found = judge.judge(sources.load(acting.wh, acting.workspace, source), model, samples, labels)
+    found = c.call("judge", source=source, model=model, samples=samples, stage_labels=labels)
     if as_json:
         out.json(found)
         return

@@ -26,7 +26,7 @@ from amber_pipeline.benchmarks import registry
 from amber_pipeline.benchmarks.tasks import no_benchmark, within_limits
 from amber_pipeline.benchmarks.versions import BenchmarkVersion, FolderTasks, read_folder
 from amber_pipeline.cells import Cell
-from amber_pipeline.errors import AmberError
+from amber_pipeline.errors import AmberError, Forbidden
 from amber_pipeline.jobs import cell_names, quotes, workers
 from amber_pipeline.jobs.outcomes import Kind
 from amber_pipeline.jobs.quotes import Quote
@@ -86,7 +86,7 @@ def resolve_benchmark(wh: Warehouse, request: JobRequest, workspace: str,
     if request.public:
         with wh.read() as con:
             if not workspaces.is_staff(con, user):
-                raise AmberError("Only Amber staff can register a public Benchmark: drop --public.")
+                raise Forbidden("Only Amber staff can register a public Benchmark: drop --public.")
     owner = registry.PUBLIC if request.public else workspace
     folder = read_folder(Path(request.benchmark), wh.paths.benchmarks)
     return folder.version, owner, registry.label_of(wh, folder, owner), folder

@@ -44,7 +44,7 @@ from docker.errors import DockerException
 from amber_pipeline.agents.catalog import agent_spec
 from amber_pipeline.benchmarks.versions import BenchmarkVersion
 from amber_pipeline.cells import NO_MODEL, Cell, model_name
-from amber_pipeline.errors import AmberError
+from amber_pipeline.errors import AmberError, NotFound
 from amber_pipeline.jobs.records import JobCell
 from amber_pipeline.models.configurations import ModelConfiguration, model_configuration
 from amber_pipeline.models.wire import Usage
@@ -399,8 +399,8 @@ def get(wh: Warehouse, workspace: str, quote_or_job_id: str) -> Quote:
                              where q.workspace = ? and (q.id = ? or q.job_id = ?)""",
                           [workspace, quote_or_job_id, quote_or_job_id]).fetchone()
     if row is None:
-        raise AmberError(f"No Quote {quote_or_job_id} in Workspace {workspace}: "
-                         "make one with `amber job quote`.")
+        raise NotFound(f"No Quote {quote_or_job_id} in Workspace {workspace}: "
+                       "make one with `amber job quote`.")
     quote_id, ws, job_id, label, amount, created_at, expires_at, detail = row
     return Quote(quote_id, ws, job_id, label, amount, created_at, expires_at,
                  [CellQuote(**c) for c in json.loads(detail)])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from amber_pipeline.benchmarks.registry import PUBLIC
 from amber_pipeline.cells import NO_MODEL, cell_file_id, model_name
-from amber_pipeline.errors import AmberError
+from amber_pipeline.errors import AmberError, NotFound
 from amber_pipeline.jobs import cell_names
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.warehouse.catalog import Connection, Warehouse
@@ -105,7 +105,7 @@ def get_job(wh: Warehouse, job_id: str, workspace: str | None) -> Job:
         row = con.execute(f"{_JOB_SELECT} where j.id = ? and (?::varchar is null or j.workspace = ?)",
                           [job_id, workspace, workspace]).fetchone()
     if row is None:
-        raise AmberError(f"No Job {job_id} in Workspace {workspace}: list Jobs with `amber job status`.")
+        raise NotFound(f"No Job {job_id} in Workspace {workspace}: list Jobs with `amber job status`.")
     return _job(row)
 
 

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from amber_pipeline.errors import AmberError
+from amber_pipeline.errors import AmberError, NotFound
 from amber_pipeline.models.providers import PROVIDERS, Provider
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 
@@ -169,15 +169,27 @@ def parse(data: dict, where: str) -> ModelConfiguration:
         raise AmberError(f"{where}{at}: {problem}; fix the file and add it again.") from None
 
 
-def read_file(path: Path) -> ModelConfiguration:
-    """One Model Configuration from a TOML file (the form `amber model show --toml` prints)."""
+def file_text(path: Path) -> str:
+    """The text of a Model Configuration's TOML file (the form `amber model show` prints)."""
     try:
-        data = tomllib.loads(path.read_text())
+        return path.read_text()
     except FileNotFoundError:
         raise AmberError(f"No file at {path}: give the path of a Model Configuration TOML file.") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+    except UnicodeDecodeError as e:
         raise AmberError(f"{path} is not valid TOML ({e}): fix the file and add it again.") from None
-    return parse(data, str(path))
+
+
+def read_toml(text: str, where: str) -> ModelConfiguration:
+    """One Model Configuration from the TOML text of the file `where` names."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise AmberError(f"{where} is not valid TOML ({e}): fix the file and add it again.") from None
+    return parse(data, where)
+
+
+def read_file(path: Path) -> ModelConfiguration:
+    return read_toml(file_text(path), str(path))
 
 
 @cache
@@ -241,8 +253,8 @@ def model_configuration(ref: str, paths: AmberPaths | None = None,
         raise AmberError(f"Model Configuration {name!r} is now {mc.ref}, not {ref}: its content changed, "
                          f"so results under {ref} are kept apart; name {mc.ref} to use the current one.")
     names = ", ".join(sorted(known)) or "none"
-    raise AmberError(f"Unknown Model Configuration {ref!r}: choose one of {names}, "
-                     "or add your own with `amber model add FILE.toml`.")
+    raise NotFound(f"Unknown Model Configuration {ref!r}: choose one of {names}, "
+                   "or add your own with `amber model add FILE.toml`.")
 
 
 def add(paths: AmberPaths, workspace: str, mc: ModelConfiguration) -> tuple[ModelConfiguration, bool]:

@@ -12,10 +12,10 @@ never its value).
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
 from amber_pipeline.errors import AmberError
+from amber_pipeline.warehouse.files import private_text
 
 SECRETS_FILE_ENV = "AMBER_SECRETS_FILE"
 
@@ -25,14 +25,10 @@ def secrets_file() -> Path:
 
 
 def _from_file(variable: str) -> str | None:
-    path = secrets_file()
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
+    text = private_text(secrets_file())
+    if text is None:
         return None
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise AmberError(f"{path} can be read by other users: run `chmod 600 {path}` so only you can read it.")
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         name, sep, value = line.strip().partition("=")
         if sep and name.strip().removeprefix("export ").strip() == variable:
             return value.strip().strip("'\"") or None

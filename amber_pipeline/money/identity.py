@@ -4,8 +4,10 @@ The acting user comes from `--user` or the user's config file, else the login
 name; the Workspace from `--workspace` or the config's default. On the
 embedded default the local login user is staff, and a user with no Workspace
 at all gets one named "default" on first use, so the demo and a first Job
-need no setup. (Real sign-in arrives with the hosted API; locally, whoever
-runs the commands owns the machine anyway.)
+need no setup. Behind the hosted API (`amber serve`) the user is whoever
+signed in with their token instead (`amber_pipeline/auth`), and
+:data:`SIGNED_IN` holds them for the request, so no rule of the embedded
+default (the local login is staff) applies to it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import getpass
 import json
 import os
 import tomllib
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from amber_pipeline.money.user_text import quoted
 
 DEFAULT_WORKSPACE = "default"
 MAX_USER = 128  # characters of a user id
+SIGNED_IN: ContextVar[str | None] = ContextVar("amber_signed_in", default=None)  # the API request's signed-in user
 
 
 @dataclass(frozen=True)

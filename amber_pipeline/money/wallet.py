@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from amber_pipeline.errors import AmberError
+from amber_pipeline.errors import AmberError, Forbidden, NotFound
 from amber_pipeline.money import workspaces
 from amber_pipeline.money.amounts import parse_amount
 from amber_pipeline.money.identity import Actor
@@ -192,10 +192,10 @@ def add_credit(wh: Warehouse, actor: Actor, workspace: str, amount: str, reason:
     value = parse_amount(amount, "--amount")
     with wh.write(workspace) as con:
         if not workspaces.is_staff(con, actor.user):
-            raise AmberError(f"Only Amber staff can add a Credit, and {actor.user} is not staff: "
-                             "contact Amber staff to have one added.")
+            raise Forbidden(f"Only Amber staff can add a Credit, and {actor.user} is not staff: "
+                            "contact Amber staff to have one added.")
         if con.execute("select 1 from workspaces where name = ?", [workspace]).fetchone() is None:
-            raise AmberError(f"No Workspace {workspace}: check the name with `amber workspace list`.")
+            raise NotFound(f"No Workspace {workspace}: check the name with `amber workspace list`.")
         credit(con, workspace, value, reason, entry_key=f"credit:{uuid.uuid4().hex}")
     return value
 

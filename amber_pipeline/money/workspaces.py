@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 import re
 
-from amber_pipeline.errors import AmberError
-from amber_pipeline.money.identity import DEFAULT_WORKSPACE, Actor, check_user, local_user
+from amber_pipeline.errors import AmberError, NotFound
+from amber_pipeline.money.identity import DEFAULT_WORKSPACE, SIGNED_IN, Actor, check_user, local_user
 from amber_pipeline.money.user_text import quoted
 from amber_pipeline.warehouse.catalog import Connection, Warehouse
 
@@ -25,8 +25,9 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
 def is_staff(con: Connection, user: str) -> bool:
-    """Staff is a role; on the embedded default the local login user holds it."""
-    if user == local_user():
+    """Staff is a role. On the embedded default the local login user holds it too, since whoever runs the commands
+    owns the machine anyway; a user signed in to the API (`identity.SIGNED_IN`) holds it only as a role."""
+    if user == local_user() and SIGNED_IN.get() is None:
         return True
     return con.execute("select 1 from staff where user_name = ?", [user]).fetchone() is not None
 
@@ -88,7 +89,7 @@ def acting_workspace(wh: Warehouse, actor: Actor) -> str:
 def _require_member(con: Connection, user: str, workspace: str) -> None:
     row = con.execute("select 1 from members where workspace = ? and user_name = ?", [workspace, user]).fetchone()
     if row is None:
-        raise AmberError(f"No Workspace {workspace} among yours: see yours with `amber workspace list`.")
+        raise NotFound(f"No Workspace {workspace} among yours: see yours with `amber workspace list`.")
 
 
 def set_provider_policy(wh: Warehouse, actor: Actor, workspace: str, providers: list[str] | None) -> None:

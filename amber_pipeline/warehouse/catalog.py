@@ -49,6 +49,12 @@ create table if not exists workspaces (
 create table if not exists members (
     workspace varchar not null, user_name varchar not null, primary key (workspace, user_name));
 create table if not exists staff (user_name varchar primary key);
+create table if not exists operators (user_name varchar primary key);
+create table if not exists users (
+    user_name varchar primary key, created_by varchar not null, created_at timestamptz not null default now());
+create table if not exists api_tokens (
+    id varchar primary key, user_name varchar not null, hash varchar not null unique, name varchar not null,
+    created_at timestamptz not null, expires_at timestamptz not null, revoked_at timestamptz);
 create table if not exists benchmark_versions (
     id varchar not null, owner varchar not null, name varchar not null, number integer not null,
     label varchar not null, source_path varchar, n_tasks integer not null,

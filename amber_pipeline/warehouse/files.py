@@ -1,14 +1,17 @@
 """Files shared across processes: atomic writes (a reader sees a whole file or none, and a failed write
-leaves nothing behind) and OS file locks."""
+leaves nothing behind), OS file locks, and files of secrets only their owner may read."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import os
+import stat
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+
+from amber_pipeline.errors import AmberError
 
 
 @contextlib.contextmanager
@@ -38,3 +41,16 @@ def locked(path: Path, mode: int) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def private_text(path: Path) -> str | None:
+    """The text of a file that holds a secret (an API key, a token), or None if there is none; refused in one
+    sentence when others may read it, as ssh refuses such a key: the secret may have leaked, and the user should
+    know before it is used."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise AmberError(f"{path} can be read by other users: run `chmod 600 {path}` so only you can read it.")
+    return path.read_text()

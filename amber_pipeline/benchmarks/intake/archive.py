@@ -77,9 +77,10 @@ class Unpacked:
     n_tasks: int
 
 
-def unpack(archive: Path, dest: Path, limits: Limits = LIMITS) -> Unpacked:
+def unpack(archive: Path, dest: Path, limits: Limits = LIMITS, *, as_is: bool = False) -> Unpacked:
     """Unpack an untrusted archive of Tasks into `dest` (which must not exist; its parent must), or refuse it
-    whole with `ArchiveRejected`, leaving nothing on disk."""
+    whole with `ArchiveRejected`, leaving nothing on disk. `as_is`: every entry where it is, whatever Tasks it
+    holds where (a Benchmark folder sent whole, which the reader of folders then checks as it would here)."""
     try:
         st = archive.stat()
     except FileNotFoundError:
@@ -96,7 +97,7 @@ def unpack(archive: Path, dest: Path, limits: Limits = LIMITS) -> Unpacked:
     checked = _Tally(limits, declared=True)
     _scan(archive, fmt, checked, None)
     tasks = checked.outermost_tasks()
-    prefix, root = _layout(tasks, archive)
+    prefix, root = ((), ()) if as_is else _layout(tasks, archive)
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".unpacking", dir=dest.parent))
     try:
         written = _Tally(limits, declared=False)

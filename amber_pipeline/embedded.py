@@ -157,12 +157,25 @@ def run_ui(paths: AmberPaths, host: str, port: int, workspace: Path | None = Non
     """The Dagster webserver on the embedded instance, in the foreground, with the instance's daemon: the one
     that runs already, or one started here (on the same workspace) and stopped when the webserver exits."""
     workspace = workspace or settings.dagster_workspace()
+    return _with_daemon(paths, workspace, [_bin("dagster-webserver"), "-w", str(workspace), "-h", host,
+                                           "-p", str(port)])
+
+
+def run_api(paths: AmberPaths, host: str, port: int) -> int:
+    """The hosted API (`api_server`: the operations behind sign-in, the Dagster UI under /ui) in the foreground,
+    with the instance's daemon, as `run_ui` runs the webserver."""
+    return _with_daemon(paths, settings.dagster_workspace(),
+                        [sys.executable, "-m", "api_server", "--host", host, "--port", str(port)])
+
+
+def _with_daemon(paths: AmberPaths, workspace: Path, command: list[str]) -> int:
+    """`command` in the foreground on the instance, with its daemon: the one that runs already, or one started
+    here (on the same workspace) and stopped when the command exits."""
     started_here = daemon_pid(paths) is None
     signal.signal(signal.SIGTERM, _interrupt)  # stopped like Ctrl-C, so the daemon started here stops too
     try:
         start_daemon(paths, workspace)
-        return subprocess.call([_bin("dagster-webserver"), "-w", str(workspace), "-h", host, "-p", str(port)],
-                               cwd=PROJECT_ROOT, env=environment(paths))
+        return subprocess.call(command, cwd=PROJECT_ROOT, env=environment(paths))
     except KeyboardInterrupt:
         return 0
     finally:

@@ -1,0 +1,420 @@
+"""The hosted API as its users meet it: who may ask, and what another Workspace's objects look like.
+
+A real server (the app `amber serve` runs, on uvicorn on loopback, `servers/api.py`) over a temporary
+AMBER_HOME. alice's Workspace "alpha" holds one of everything (a Quote and its Job, an upload, a private
+Benchmark Version, a Model Configuration, a token); bob works in "beta". Every operation the API offers is asked
+for twice by bob: once naming alice's object, once naming one that does not exist; the two answers must be the
+same status and the same body but for the name asked. An operation that names nothing is listed with the reason,
+so a new endpoint without such a test fails `test_every_endpoint_is_covered`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from helpers import cli, ok, refusal, stop_group
+from servers.api import ApiServer
+
+from amber_pipeline.api.registry import OPERATIONS
+from amber_pipeline.auth import tokens, users
+from amber_pipeline.cli.client import path_value
+from amber_pipeline.jobs import lifecycle
+from amber_pipeline.jobs.request import JobRequest
+from amber_pipeline.models import configurations
+from amber_pipeline.money import wallet, workspaces
+from amber_pipeline.money.identity import Actor, local_user
+from amber_pipeline.paths import PROJECT_ROOT
+from amber_pipeline.warehouse.catalog import Warehouse
+
+STATIC = PROJECT_ROOT / "examples" / "static-bench"
+MISSING = {"workspace": "nowhere", "job_id": "job-0123456789", "quote_id": "quote-0123456789",
+           "upload_id": "upl-0123456789", "ref": "nothing-here@1", "name": "no-such-model",
+           "token_id": "tok0123456789ab"}
+
+
+@dataclass(frozen=True)
+class World:
+    wh: Warehouse
+    server: ApiServer
+    alice: str  # tokens
+    bob: str
+    ids: dict[str, str]  # alice's objects, by the field that names them
+    tmp: Path
+
+
+def archive_of(folder: Path, target: Path) -> Path:
+    with tarfile.open(target, "w:gz") as tar:
+        tar.add(folder, arcname=folder.name)
+    return target
+
+
+@pytest.fixture
+def world(warehouse: Warehouse, tmp_path: Path) -> Iterator[World]:
+    from amber_pipeline.benchmarks import uploads
+
+    wh, local = warehouse, Actor(local_user(), None)
+    users.add(wh, "alice", "tests")
+    users.add(wh, "bob", "tests")
+    workspaces.create(wh, Actor("alice", None), "alpha")
+    workspaces.create(wh, Actor("bob", None), "beta")
+    for ws in ("alpha", "beta"):
+        wallet.add_credit(wh, local, ws, "100", "test credit")
+    made = lifecycle.quote(wh, "alpha", "alice", JobRequest(benchmark=str(STATIC), agent="direct",
+                                                            model_configurations=["replay-strong"]))
+    upload = uploads.create(wh, "alpha", "alice", archive_of(STATIC, tmp_path / "alpha-bench.tar.gz"), "alpha-bench")
+    mc = configurations.parse({"name": "alpha-model", "model": "replay-strong", "provider": "replay",
+                               "replay": "replay-strong.json", "prices": {"input": 1.0, "cached_input": 0.1,
+                                                                          "output": 2.0, "source": "a test"}},
+                              "a test")
+    configurations.add(wh.paths, "alpha", mc)
+    alice = tokens.create(wh, "alice")
+    server = ApiServer.start(wh.paths)
+    try:
+        yield World(wh, server, alice.secret, tokens.create(wh, "bob").secret,
+                    {"workspace": "alpha", "job_id": made.job_id, "quote_id": made.id, "upload_id": upload.id,
+                     "ref": made.benchmark_label, "name": "alpha-model", "token_id": alice.token.id}, tmp_path)
+    finally:
+        server.stop()
+
+
+def ask(world: World, token: str | None, operation: str, workspace: str = "beta", /,
+        files: dict[str, Path] | None = None, **fields: Any) -> httpx.Response:
+    """One raw HTTP request for `operation`, its path values encoded as the CLI encodes them."""
+    op = OPERATIONS[operation]
+    path = op.route.format(workspace=path_value(workspace), **{f: path_value(fields.pop(f)) for f in op.path_fields})
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    with httpx.Client(base_url=world.server.url, headers=headers, timeout=60) as http:
+        if op.uploads:
+            sent = {k: (p.name, p.read_bytes()) for k, p in (files or {}).items()}
+            return http.request(op.method, path, files=sent or None, data={"params": json.dumps(fields)})
+        if op.method == "GET":
+            return http.request(op.method, path, params=fields)
+        return http.request(op.method, path, json=fields)
+
+
+# The params that make each operation reach its lookup (valid apart from whose the object is).
+def valid_params(world: World) -> dict[str, dict[str, Any]]:
+    label_request = {"benchmark": "static-bench@1", "agent": "direct", "model_configurations": ["replay-strong"]}
+    return {
+        "job_quote": label_request, "job_submit": label_request, "job_start": {"quote_id": MISSING["quote_id"]},
+        "job_cancel": {"job_id": MISSING["job_id"]}, "job_status": {"job_id": MISSING["job_id"]},
+        "job_results": {"job_id": MISSING["job_id"]}, "job_list": {},
+        "wallet_read": {}, "workspace_show": {}, "workspace_provider_policy": {},
+        "sql": {"query": "select 1"}, "model_list": {}, "model_show": {"name": "replay-strong"},
+        "model_add": {"toml": 'name = "m"\nmodel = "m"\nprovider = "replay"\nreplay = "replay-strong.json"\n'
+                              '[prices]\ninput = 1.0\ncached_input = 0.1\noutput = 2.0\nsource = "a test"\n'},
+        "benchmark_list": {}, "benchmark_show": {"ref": "static-bench@1"},
+        "benchmark_validation": {"upload_id": MISSING["upload_id"]},
+        "benchmark_validate": {"upload_id": MISSING["upload_id"]},
+        "benchmark_publish": {"upload_id": MISSING["upload_id"]},
+        "benchmark_upload": {"name": "b", "archive": "bench.tar.gz"},
+        "benchmark_adapt": {"kind": "gsm8k", "name": "g", "file": "gsm8k.jsonl"},
+        "benchmark_review": {"model": "replay-strong", "folder": "static-bench.tar.gz"},
+        "benchmark_import": {"registry": "https://example.invalid/registry.json", "dataset": "d@1"},
+        "report": {"source": MISSING["job_id"]},
+        "compare": {"baseline": MISSING["job_id"], "candidates": [MISSING["job_id"]], "routes": [None, None],
+                    "names": ["candidate"], "baseline_name": "baseline"},
+        "leaderboard": {"source": MISSING["job_id"],
+                        "rows": [{"agent": "a", "model": "m", "pass_rate": 50, "trials_per_task": 1}]},
+        "judge": {"source": MISSING["job_id"], "model": "replay-strong"},
+    }
+
+
+# Operations that act in a Workspace: bob names alice's "alpha", then "nowhere".
+ACTING = sorted(name for name, op in OPERATIONS.items() if op.where == "acting")
+
+# Operations that name one of alice's objects (in bob's own Workspace when they act in one): the field, and
+# the params around it.
+BY_ID: dict[str, tuple[str, dict[str, Any]]] = {
+    "job_start": ("quote_id", {}),
+    "job_cancel": ("job_id", {}), "job_status": ("job_id", {}), "job_results": ("job_id", {}),
+    "report": ("job_id", {}), "compare": ("job_id", {}), "leaderboard": ("job_id", {}), "judge": ("job_id", {}),
+    "benchmark_validation": ("upload_id", {}), "benchmark_validate": ("upload_id", {}),
+    "benchmark_publish": ("upload_id", {}),
+    "benchmark_show": ("ref", {}), "job_quote": ("ref", {}), "job_submit": ("ref", {}),
+    "model_show": ("name", {}), "benchmark_review": ("name", {}),
+    "workspace_add_member": ("workspace", {"user": "carol"}), "token_revoke": ("token_id", {}),
+    "credit_add": ("workspace", {"amount": "1", "reason": "x"}),
+}
+
+# Operations that name nothing of anyone's, and what they show bob instead.
+NAMES_NOTHING = {
+    "whoami": "who bob is", "workspace_list": "bob's Workspaces (test_lists_show_nothing_of_another_workspace)",
+    "workspace_create": "a new name; Workspace names are unique across the instance, so a taken one is refused",
+    "user_list": "staff only", "user_add": "staff only", "token_create": "bob's own token (another's: staff only)",
+    "token_list": "bob's tokens (test_lists_show_nothing_of_another_workspace)",
+}
+
+
+def test_every_endpoint_is_covered() -> None:
+    covered = set(ACTING) | set(BY_ID) | set(NAMES_NOTHING)
+    assert covered == set(OPERATIONS), sorted(set(OPERATIONS) ^ covered)
+
+
+def same_answer(other: httpx.Response, other_id: str, missing: httpx.Response, missing_id: str) -> None:
+    assert other.status_code == missing.status_code, (other.text, missing.text)
+    assert other.status_code in (401, 403, 404), other.text  # refused, not served
+    assert other.text.replace(other_id, "<id>") == missing.text.replace(missing_id, "<id>")
+    assert other_id not in missing.text
+
+
+def upload_files(world: World, name: str) -> dict[str, Path]:
+    """The files an upload operation brings (made in the test's folder)."""
+    if name == "benchmark_upload":
+        return {"archive": archive_of(STATIC, world.tmp / "bench.tar.gz")}
+    if name == "benchmark_adapt":
+        data = world.tmp / "gsm8k.jsonl"
+        data.write_text(json.dumps({"question": "1+1?", "answer": "2\n#### 2"}) + "\n")
+        return {"file": data}
+    if name == "benchmark_review":
+        return {"folder": archive_of(STATIC, world.tmp / "static-bench.tar.gz")}
+    return {}
+
+
+@pytest.mark.parametrize("name", ACTING)
+def test_another_workspace_answers_as_a_missing_one(world: World, name: str) -> None:
+    params = valid_params(world)[name]
+    files = upload_files(world, name)
+    other = ask(world, world.bob, name, "alpha", files=files, **dict(params))
+    missing = ask(world, world.bob, name, "nowhere", files=files, **dict(params))
+    same_answer(other, "alpha", missing, "nowhere")
+    assert other.status_code == 404 and "No Workspace alpha among yours" in other.json()["detail"]
+
+
+@pytest.mark.parametrize("name", sorted(BY_ID))
+def test_another_workspaces_object_answers_as_a_missing_one(world: World, name: str) -> None:
+    kind, extra = BY_ID[name]
+    params = {**valid_params(world).get(name, {}), **extra}
+    files = upload_files(world, name)
+    alices, made_up = world.ids[kind], MISSING[kind]
+
+    def named(value: str) -> dict[str, Any]:
+        if name in ("job_quote", "job_submit"):
+            return {**params, "benchmark": value}
+        if name == "benchmark_review":
+            return {**params, "model": value}
+        if name in ("report", "leaderboard", "judge"):
+            return {**params, "source": value}
+        if name == "compare":
+            return {**params, "baseline": value, "candidates": [value]}
+        if name in ("workspace_add_member",):
+            return {**params, "name": value}
+        return {**params, kind: value}
+
+    workspaces_asked = (alices, made_up) if name == "credit_add" else ("beta", "beta")
+    other = ask(world, world.bob, name, workspaces_asked[0], files=files, **named(alices))
+    missing = ask(world, world.bob, name, workspaces_asked[1], files=files, **named(made_up))
+    same_answer(other, alices, missing, made_up)
+
+
+def test_alices_own_objects_answer_her(world: World) -> None:
+    """The same requests as alice's: her objects are served, so the refusals above are about whose they are."""
+    assert ask(world, world.alice, "job_status", "alpha", job_id=world.ids["job_id"]).status_code == 200
+    assert ask(world, world.alice, "model_show", "alpha", name="alpha-model").status_code == 200
+    assert ask(world, world.alice, "benchmark_validation", "alpha", upload_id=world.ids["upload_id"]).is_success
+    assert ask(world, world.alice, "benchmark_show", "alpha", ref=world.ids["ref"]).is_success
+
+
+def test_lists_show_nothing_of_another_workspace(world: World) -> None:
+    shown = {name: ask(world, world.bob, name).text for name in ("job_list", "benchmark_list", "model_list",
+                                                                    "wallet_read")}
+    shown["workspace_list"] = ask(world, world.bob, "workspace_list").text
+    shown["token_list"] = ask(world, world.bob, "token_list").text
+    shown["sql"] = ask(world, world.bob, "sql", query="select * from jobs union all select * from jobs").text
+    for name, text in shown.items():
+        for alices in (world.ids["job_id"], world.ids["upload_id"], "alpha-model", "alpha", world.ids["token_id"]):
+            assert alices not in text, (name, alices)
+
+
+@pytest.mark.parametrize("name", sorted(OPERATIONS))
+def test_without_a_valid_token_every_endpoint_refuses(world: World, name: str) -> None:
+    params = valid_params(world).get(name, {})
+    params = {**{f: MISSING.get(f, "x") for f in OPERATIONS[name].path_fields}, **params}
+    revoked = tokens.create(world.wh, "bob")
+    tokens.revoke(world.wh, "bob", revoked.token.id)
+    expired = tokens.create(world.wh, "bob")
+    with world.wh.write() as con:
+        con.execute("update api_tokens set expires_at = now() - interval 1 second where id = ?", [expired.token.id])
+    forged = world.bob[:-4] + "AAAA"
+    answers = [ask(world, token, name, **dict(params)) for token in (None, "", revoked.secret, expired.secret,
+                                                                     forged, "amber_tok0_x")]
+    assert {a.status_code for a in answers} == {401}
+    assert {a.json()["detail"] for a in answers} == {tokens.REFUSED}
+
+
+def test_tokens_are_stored_as_hashes_and_shown_once(world: World) -> None:
+    env = {"AMBER_URL": world.server.url, "AMBER_TOKEN": world.bob}
+    made = ok(cli("token", "create", "--name", "laptop", env=env))
+    secret = made.splitlines()[0]
+    assert secret.startswith("amber_tok")
+    with world.wh.read() as con:
+        stored = con.execute("select * from api_tokens").fetchall()
+    assert not any(secret in str(row) for row in stored)  # only its hash
+    listed = ok(cli("token", "list", env=env))
+    assert "laptop" in listed and secret not in listed and "active" in listed
+
+
+def test_the_openapi_document_describes_every_operation(world: World) -> None:
+    document = httpx.get(f"{world.server.url}/openapi.json").json()
+    for op in OPERATIONS.values():
+        described = document["paths"][op.route][op.method.lower()]
+        assert described["summary"] == op.summary
+        assert {"401", "403", "404"} <= set(described["responses"])
+
+
+# ---- the CLI as the API's client ----------------------------------------------------------------------------
+
+def test_user_is_refused_against_a_server(world: World) -> None:
+    env = {"AMBER_URL": world.server.url, "AMBER_TOKEN": world.bob}
+    sentence = refusal(cli("--user", "alice", "--workspace", "alpha", "wallet", env=env))
+    assert sentence.startswith("--user is for the embedded default only")
+
+
+def test_login_keeps_the_token_where_only_its_owner_reads_it(world: World, tmp_path: Path) -> None:
+    shown = ok(cli("login", "--url", world.server.url, "--token", world.bob))
+    assert "as bob" in shown
+    token_file = Path(os.environ["AMBER_CONFIG"]).parent / "token"
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    assert ok(cli("whoami")).strip() == "bob"  # the saved URL and token: no environment needed
+    token_file.chmod(0o644)
+    assert "can be read by other users" in refusal(cli("whoami"))
+    token_file.chmod(0o600)
+    tokens.revoke(world.wh, "bob", tokens.verify(world.wh, world.bob).id)
+    assert refusal(cli("whoami")) == tokens.REFUSED
+    ok(cli("logout"))
+    assert not token_file.exists()
+
+
+def test_a_bad_login_keeps_nothing(world: World) -> None:
+    assert refusal(cli("login", "--url", world.server.url, "--token", "amber_nope")) == tokens.REFUSED
+    assert not (Path(os.environ["AMBER_CONFIG"]).parent / "token").exists()
+
+
+# ---- a second user, through `amber serve` only --------------------------------------------------------------
+
+def amber_process(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "amber_pipeline.cli", *args], env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.dagster_ui
+def test_a_second_user_uses_amber_only_through_the_api(tmp_path: Path, amber_home: Path) -> None:
+    """`amber serve` owns the instance; staff are made on its host; bob signs in from a home of his own (no
+    AMBER_HOME of the instance, no access to its files) and runs a Job to its results through the API alone."""
+    host = {**os.environ, "AMBER_HOME": str(amber_home)}
+    ok_run = amber_process("user", "add", "alice", "--staff", env=host)
+    assert ok_run.returncode == 0, ok_run.stderr
+    assert amber_process("user", "add", "bob", env=host).returncode == 0
+    alice = amber_process("token", "create", "--for", "alice", env=host).stdout.splitlines()[0]
+    bob = amber_process("token", "create", "--for", "bob", "--days", "1", env=host).stdout.splitlines()[0]
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "amber_pipeline.cli", "serve", "--port", str(port)], env=host,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until_up(url, server)
+        as_alice = client_env(tmp_path / "alice", url)
+        as_bob = client_env(tmp_path / "bob", url)
+        for who, token in ((as_alice, alice), (as_bob, bob)):
+            signed = amber_process("login", "--token", token, env=who)
+            assert signed.returncode == 0, signed.stderr
+        assert amber_process("workspace", "create", "alpha", env=as_alice).returncode == 0
+        assert amber_process("--workspace", "alpha", "credit", "add", "--amount", "5", "--reason", "t",
+                             env=as_alice).returncode == 0
+        assert amber_process("workspace", "create", "beta", env=as_bob).returncode == 0
+        credited = amber_process("--workspace", "beta", "credit", "add", "--amount", "5", "--reason", "t",
+                                 env=as_bob)
+        assert credited.returncode == 1 and "bob is not staff" in credited.stderr
+        assert amber_process("--workspace", "beta", "credit", "add", "--amount", "5", "--reason", "t",
+                             env=as_alice).returncode == 0
+        assert amber_process("workspace", "use", "beta", env=as_bob).returncode == 0
+        done = amber_process("job", "submit", str(STATIC), "--agent", "direct", "--model", "replay-strong",
+                             "--wait", env=as_bob)
+        assert done.returncode == 0, done.stderr
+        assert "Started job-" in done.stdout and "replay-strong" in done.stdout
+        job_id = done.stdout.split("Started ", 1)[1].split(".", 1)[0]
+        results = json.loads(amber_process("results", job_id, "--json", env=as_bob).stdout)
+        assert results["status"] == "completed" and results["cells"], results
+        assert amber_process("results", job_id, env=as_alice).returncode == 1  # not hers: as missing
+        hidden = amber_process("--workspace", "alpha", "wallet", env=as_bob)
+        assert hidden.stderr.strip() == "amber: No Workspace alpha among yours: see yours with `amber workspace list`."
+        assert "alpha" not in amber_process("workspace", "list", env=as_bob).stdout
+        jobs = amber_process("sql", "select workspace from jobs", env=as_bob).stdout
+        assert "beta" in jobs and "alpha" not in jobs
+        assert not any(str(amber_home) in v for v in as_bob.values())
+    finally:
+        stop_group(server)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until_up(url: str, server: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert server.poll() is None, server.stderr.read() if server.stderr else ""
+        try:
+            if httpx.get(f"{url}/openapi.json", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("amber serve did not answer within 60 s")
+
+
+def client_env(home: Path, url: str) -> dict[str, str]:
+    """A user's own environment: their home and config, no AMBER_HOME of the instance (an empty one of theirs)."""
+    home.mkdir(parents=True)
+    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV")}
+    return {**keep, "HOME": str(home), "AMBER_CONFIG": str(home / ".config" / "amber" / "config.toml"),
+            "AMBER_HOME": str(home / "no-instance"), "AMBER_URL": url}
+
+
+def test_a_path_value_travels_whole(world: World) -> None:
+    """A name with '/', '..' or '%' reaches the server as typed (encoded twice), never another route."""
+    for odd in ("a/b", "..", ".", "%2F", "x?y#z"):
+        answer = ask(world, world.bob, "job_status", job_id=odd)
+        assert answer.status_code == 404 and f"No Job {odd} in Workspace beta" in answer.json()["detail"], odd
+
+
+def test_paths_of_the_server_are_not_benchmarks(world: World) -> None:
+    """A signed-in user names a folder only by sending it: a path of the server's host reads as missing."""
+    answer = ask(world, world.bob, "job_quote", benchmark=str(STATIC), agent="direct",
+                 model_configurations=["replay-strong"])
+    assert answer.status_code == 400 and answer.json()["detail"].startswith(f"No Benchmark at {STATIC}")
+    forged = ask(world, world.bob, "job_quote", files={}, benchmark="x", folder=str(STATIC), agent="direct",
+                 model_configurations=["replay-strong"])
+    assert forged.status_code == 400  # a "folder" field is never a path: only a file sent with the request
+
+
+
+def test_a_request_past_the_size_limit_is_refused_before_it_is_spooled(warehouse: Warehouse, tmp_path: Path) -> None:
+    users.add(warehouse, "bob", "tests")
+    secret = tokens.create(warehouse, "bob").secret
+    server = ApiServer.start(warehouse.paths, max_request_bytes=1 << 20)
+    try:
+        big = tmp_path / "big.tar.gz"
+        big.write_bytes(os.urandom(2 << 20))
+        with httpx.Client(base_url=server.url, headers={"authorization": f"Bearer {secret}"}) as http:
+            answer = http.post("/v1/workspaces/~/uploads", files={"archive": (big.name, big.read_bytes())},
+                               data={"params": json.dumps({"name": "big"})})
+        assert answer.status_code == 413 and answer.json()["detail"].startswith("The request is larger than 1 MB")
+    finally:
+        server.stop()
