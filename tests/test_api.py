@@ -418,3 +418,25 @@ def test_a_request_past_the_size_limit_is_refused_before_it_is_spooled(warehouse
         assert answer.status_code == 413 and answer.json()["detail"].startswith("The request is larger than 1 MB")
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(("setting", "refused"), [
+    ('replay = "/etc/passwd"', "is a file outside Amber's own"),
+    ('replay = "../../../../etc/passwd"', "is a file outside Amber's own"),
+    ('base_url = "https://api.example.com/v1"\nkey_env = "ANTHROPIC_API_KEY"', "would send a variable of the server"),
+    ('base_url = "http://api.example.com/v1"', "is not an https URL of a public host"),
+    ('base_url = "https://127.0.0.1:8443/v1"', "is not an https URL of a public host"),
+    ('base_url = "https://10.1.2.3/v1"', "is not an https URL of a public host"),
+    ('base_url = "https://[::1]/v1"', "is not an https URL of a public host"),
+    ('base_url = "https://db/v1"', "is not an https URL of a public host"),
+    ('base_url = "https://metadata.google.internal/v1"', "is not an https URL of a public host"),
+])
+def test_a_model_configuration_asks_nothing_of_the_servers_files_keys_or_network(world: World, setting: str,
+                                                                                  refused: str) -> None:
+    provider = "replay" if setting.startswith("replay") else "openai-compatible"
+    toml = (f'name = "mine"\nmodel = "m"\nprovider = "{provider}"\n{setting}\n'
+            '[prices]\ninput = 1.0\ncached_input = 0.1\noutput = 2.0\nsource = "a test"\n')
+    answer = ask(world, world.bob, "model_add", toml=toml)
+    assert answer.status_code == 400 and refused in answer.json()["detail"], answer.text
+    public = toml.replace(setting, 'base_url = "https://api.example.com/v1"').replace('"replay"', '"openai-compatible"')
+    assert ask(world, world.bob, "model_add", toml=public).status_code == 200  # a public https endpoint, no key

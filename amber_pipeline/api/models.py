@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
+from urllib.parse import urlsplit
+
 from pydantic import BaseModel, Field
 
 from amber_pipeline.api.operations import Acting, operation
@@ -63,10 +66,36 @@ def model_show(acting: Acting, params: ModelRef) -> Shown:
 def model_add(acting: Acting, params: ModelFile) -> Added:
     """Add a Model Configuration of your own to the Workspace."""
     given = configurations.read_toml(params.toml, params.source)
-    replay = given.replay_file
-    if SIGNED_IN.get() is not None and replay is not None and (
-            not replay.resolve().is_relative_to(PROJECT_ROOT) or acting.wh.paths.holds(replay)):
-        raise AmberError(f"replay {given.replay!r} is a file outside Amber's own: through the API a replay names "
-                         "one of Amber's scripts (examples/replays).")
+    if SIGNED_IN.get() is not None:
+        _held_to_the_server(acting, given)
     mc, new = configurations.add(acting.wh.paths, acting.workspace, given)
     return Added(shown=_shown(mc), new=new, workspace=acting.workspace)
+
+
+def _held_to_the_server(acting: Acting, mc: ModelConfiguration) -> None:
+    """What a signed-in user's configuration may not ask of the server, whose files, environment and network are
+    not theirs: a replay script of its own (a file it names), the value of one of its environment variables as a
+    key (sent to an endpoint the user chose), or an endpoint on the server's own network."""
+    replay = mc.replay_file
+    if replay is not None and (not replay.resolve().is_relative_to(PROJECT_ROOT) or acting.wh.paths.holds(replay)):
+        raise AmberError(f"replay {mc.replay!r} is a file outside Amber's own: through the API a replay names one of "
+                         "Amber's scripts (examples/replays).")
+    if mc.key_env is not None:
+        raise AmberError(f"key_env {mc.key_env!r} would send a variable of the server's to your endpoint: through "
+                         "the API drop key_env (Amber staff set keys on the server's host).")
+    if mc.base_url is not None and not _public_https(mc.base_url):
+        raise AmberError(f"base_url {mc.base_url!r} is not an https URL of a public host: through the API an "
+                         "endpoint is reached over https on the internet, never on the server's own network.")
+
+
+def _public_https(url: str) -> bool:
+    """An https URL whose host is a name (not localhost) or a public address: the checks that need no look-up."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").rstrip(".").lower()
+    if parts.scheme != "https" or not host or host == "localhost" or host.endswith((".localhost", ".local",
+                                                                                    ".internal")):
+        return False
+    try:
+        return ipaddress.ip_address(host).is_global
+    except ValueError:
+        return "." in host  # a name with a domain; a bare one ("db") resolves on the server's network
