@@ -14,6 +14,7 @@ A file of an older Amber that lacks newer columns fits (they read as null).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -51,7 +52,7 @@ def fitting(con: duckdb.DuckDBPyConnection, files: Sequence[Path], schema: pa.Sc
         union = {r[0]: r[1] for r in con.execute(f"describe select * from {sql.parquet_files(files)}").fetchall()}
         lacking = con.execute(f"select file_name from parquet_schema({listed}) group by file_name "
                               "having not list_has_all(list(name), ?)", [list(required)]).fetchall()
-        if not lacking and _fits(union, _duckdb_types(con, schema)):
+        if not lacking and _fits(union, _duckdb_types(schema)):
             return list(files)
     except duckdb.Error:
         pass  # a file that is not Parquet at all: find it below
@@ -70,12 +71,13 @@ def _fits(columns: dict[str, str], expected: dict[str, str]) -> bool:
     return all(expected.get(name, kind) == kind for name, kind in columns.items())
 
 
-def _duckdb_types(con: duckdb.DuckDBPyConnection, schema: pa.Schema) -> dict[str, str]:
-    con.register("_amber_expected", schema.empty_table())
-    try:
+@functools.cache
+def _duckdb_types(schema: pa.Schema) -> dict[str, str]:
+    """The DuckDB type of each column of `schema`: the same for every read of a kind of file, and tens of
+    milliseconds to ask DuckDB, so asked once per schema in a connection of its own (callers only read it)."""
+    with duckdb.connect() as con:
+        con.register("_amber_expected", schema.empty_table())
         return {r[0]: r[1] for r in con.execute("describe select * from _amber_expected").fetchall()}
-    finally:
-        con.unregister("_amber_expected")
 
 
 def _file_fits(path: Path, schema: pa.Schema, required: Collection[str],
