@@ -74,9 +74,11 @@ def acting_workspace(wh: Warehouse, actor: Actor) -> str:
         with wh.read() as con:
             _require_member(con, actor.user, actor.workspace)
         return actor.workspace
+    with wh.read() as con:  # the usual case, under a shared lock: no writer waits for it
+        if _is_member(con, actor.user, DEFAULT_WORKSPACE):
+            return DEFAULT_WORKSPACE
     with wh.write() as con:
-        if con.execute("select 1 from members where workspace = ? and user_name = ?",
-                       [DEFAULT_WORKSPACE, actor.user]).fetchone():
+        if _is_member(con, actor.user, DEFAULT_WORKSPACE):
             return DEFAULT_WORKSPACE
         if _same_name(con, DEFAULT_WORKSPACE) is None:  # a "Default" of someone else's blocks it too
             con.execute("insert into workspaces (name, created_by) values (?, ?)", [DEFAULT_WORKSPACE, actor.user])
@@ -86,9 +88,13 @@ def acting_workspace(wh: Warehouse, actor: Actor) -> str:
                      "(see yours with `amber workspace list`).")
 
 
+def _is_member(con: Connection, user: str, workspace: str) -> bool:
+    return con.execute("select 1 from members where workspace = ? and user_name = ?",
+                       [workspace, user]).fetchone() is not None
+
+
 def _require_member(con: Connection, user: str, workspace: str) -> None:
-    row = con.execute("select 1 from members where workspace = ? and user_name = ?", [workspace, user]).fetchone()
-    if row is None:
+    if not _is_member(con, user, workspace):
         raise NotFound(f"No Workspace {workspace} among yours: see yours with `amber workspace list`.")
 
 
