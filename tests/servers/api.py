@@ -9,9 +9,11 @@ local login (staff on the embedded default) is a user with the staff role.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -69,7 +71,8 @@ class ApiMode:
 
     def client(self, args: list[str], env: dict[str, str] | None) -> tuple[list[str], dict[str, str]]:
         """The command line and environment of `amber ARGS` as the API's client."""
-        paths = AmberPaths.from_env()
+        home = (env or {}).get("AMBER_HOME") or os.environ.get("AMBER_HOME", ".amber")
+        paths = AmberPaths(Path(home).resolve())  # the instance this command would have opened
         if paths not in self.servers:
             self.servers[paths] = ApiServer.start(paths)
         server = self.servers[paths]
