@@ -63,7 +63,6 @@ from amber_pipeline import embedded
 from amber_pipeline.api.jobs import JobRef, QuoteRequest
 from amber_pipeline.api.operations import OPERATIONS, call_local
 from amber_pipeline.auth import tokens, users
-from amber_pipeline.cli.client import path_value
 from amber_pipeline.jobs import cell_run, lifecycle, records
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.money import identity, wallet, workspaces
@@ -210,11 +209,10 @@ def stop(server: subprocess.Popen) -> None:
 # ---- the load ------------------------------------------------------------------------------------------------
 
 def send(http: httpx.Client, client: Client, kind: str) -> httpx.Response:
-    ws = path_value(client.workspace)
     if kind == "quote":
         params = request(client.label).model_dump(mode="json")
-        return http.post(OPERATIONS["job_quote"].route.format(workspace=ws), data={"params": json.dumps(params)})
-    return http.get(OPERATIONS["job_results"].route.format(workspace=ws, job_id=path_value(client.job_id)))
+        return http.post(OPERATIONS["job_quote"].path_for(client.workspace, {}), data={"params": json.dumps(params)})
+    return http.get(OPERATIONS["job_results"].path_for(client.workspace, {"job_id": client.job_id}))
 
 
 def problem_with(response: httpx.Response, client: Client, kind: str, tally: Tally) -> str | None:
@@ -351,7 +349,7 @@ def in_process(wh: Warehouse, client: Client, n: int) -> dict[str, list[float]]:
         for i in range(n + len(KINDS)):
             kind = KINDS[i % len(KINDS)]
             t0 = time.perf_counter()
-            call_local(wh, actor, ops[kind], client.workspace, params[kind])
+            call_local(wh, actor, ops[kind], params[kind])
             if i >= len(KINDS):  # the first of each warms this process's imports and caches
                 times[kind].append(time.perf_counter() - t0)
     finally:

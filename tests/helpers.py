@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -94,6 +95,13 @@ def cli(*args: str, env: dict[str, str] | None = None) -> Result:
 
 
 API_MODE: ApiMode | None = None  # set by conftest's `cli_mode` fixture for its "api" runs
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now, for a server a test starts."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def sign_in(*args: str) -> None:

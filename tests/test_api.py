@@ -24,12 +24,11 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import cli, ok, refusal, stop_group
+from helpers import cli, free_port, ok, refusal, stop_group
 from servers.api import ApiServer
 
 from amber_pipeline.api.registry import OPERATIONS
 from amber_pipeline.auth import tokens, users
-from amber_pipeline.cli.client import path_value
 from amber_pipeline.jobs import lifecycle
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.models import configurations
@@ -93,7 +92,8 @@ def ask(world: World, token: str | None, operation: str, workspace: str = "beta"
         files: dict[str, Path] | None = None, **fields: Any) -> httpx.Response:
     """One raw HTTP request for `operation`, its path values encoded as the CLI encodes them."""
     op = OPERATIONS[operation]
-    path = op.route.format(workspace=path_value(workspace), **{f: path_value(fields.pop(f)) for f in op.path_fields})
+    path = op.path_for(workspace, fields)
+    fields = {k: v for k, v in fields.items() if k not in op.path_fields}
     headers = {"authorization": f"Bearer {token}"} if token else {}
     with httpx.Client(base_url=world.server.url, headers=headers, timeout=60) as http:
         if op.uploads:
@@ -357,13 +357,6 @@ def test_a_second_user_uses_amber_only_through_the_api(tmp_path: Path, amber_hom
     finally:
         stop_group(server)
 
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_until_up(url: str, server: subprocess.Popen[bytes]) -> None:

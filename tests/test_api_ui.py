@@ -10,9 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -21,7 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
+from servers.api import ApiServer
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 from websockets.typing import Origin, Subprotocol
@@ -29,14 +26,12 @@ from websockets.typing import Origin, Subprotocol
 from amber_pipeline import embedded
 from amber_pipeline.auth import tokens, users
 from amber_pipeline.paths import AmberPaths
-from amber_pipeline.server.app import create_app
 from amber_pipeline.warehouse.catalog import Warehouse
 from api_server import dagster_ui as dagster_ui_module
 from api_server.dagster_ui import COOKIE, STAFF_ONLY, WS_REFUSED, dagster_ui
 
 pytestmark = [pytest.mark.dagster_ui]
 
-START_BUDGET_S = 30
 PERMISSIONS = "{ permissions { permission value } }"
 LOCATIONS = "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus } } } }"
 LAUNCH = """
@@ -78,11 +73,6 @@ def graphql(client: httpx.Client, query: str) -> dict[str, Any]:
     return body["data"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def descendants() -> set[int]:
     """The processes this one started (their children too), from /proc."""
@@ -119,20 +109,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         users.add(wh, OPERATOR, "test", roles=("staff", "operator"))
         users.add(wh, OUTSIDER, "test")
         ui = dagster_ui(paths, wh)
-        port = free_port()
-        uv = uvicorn.Server(uvicorn.Config(create_app(paths, ui=ui), host="127.0.0.1", port=port,
-                                           log_level="warning", ws="websockets-sansio"))
-        thread = threading.Thread(target=uv.run, name="api-server", daemon=True)
-        thread.start()
+        api = ApiServer.start(paths, ui=ui)
         try:
-            deadline = time.monotonic() + START_BUDGET_S
-            while not uv.started:
-                assert thread.is_alive() and time.monotonic() < deadline, "the API server did not start"
-                time.sleep(0.05)
-            yield Server(f"http://127.0.0.1:{port}", wh)
+            yield Server(api.url, wh)
         finally:
-            uv.should_exit = True
-            thread.join(timeout=30)
+            api.stop()
             ui.close()
     left = descendants() - before
     assert not left, f"the Dagster UI left processes behind: {left}"

@@ -7,7 +7,6 @@ The webserver, daemon and warm worker run on the embedded instance of a temporar
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import funded, stop_group
+from helpers import free_port, funded, stop_group
 
 from amber_pipeline import embedded
 from amber_pipeline.jobs import cell_names, records
@@ -51,11 +50,6 @@ query($job: String!) {
   }
 }"""
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Dagster:

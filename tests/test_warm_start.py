@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ import dagster as dg
 import httpx
 import pytest
 from dagster._core.instance.ref import InstanceRef
-from helpers import funded, submit
+from helpers import free_port, funded, submit
 
 from amber_pipeline import embedded, warm_worker
 from amber_pipeline.api.jobs import launch
@@ -127,11 +126,6 @@ def test_amber_ui_uses_the_running_daemon_and_leaves_it_running(warehouse: Wareh
             os.killpg(ui.pid, signal.SIGKILL)
         embedded.stop_daemon(paths)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_the_demo_leaves_every_run_succeeded_and_comparisons_materialized(warehouse: Warehouse) -> None:

@@ -58,11 +58,16 @@ class NoTrials(AmberError):
                          "(a trial folder with result.json).")
 
 
+def is_amber_job(source: str) -> bool:
+    """A source that names an Amber Job (job-...), not a folder that happens to be called so."""
+    return source.startswith("job-") and not Path(source).exists()
+
+
 def load(wh: Warehouse, workspace: str, source: str) -> list[TrialEvidence]:
     """The evidence of an Amber Job id, a Harbor job folder path, or "harbor:<name>" of an imported folder."""
     if source.startswith(HARBOR_PREFIX):
         return _imported(wh, workspace, source)
-    if source.startswith("job-") and not Path(source).exists():
+    if is_amber_job(source):
         evidence = amber_job(wh, workspace, source)
         if not evidence:
             raise NoTrials(f"Job {source}")

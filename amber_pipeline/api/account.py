@@ -72,8 +72,8 @@ def _require_staff(acting: Acting, what: str) -> None:
 def whoami(acting: Acting) -> Me:
     """Who you are signed in as, and your roles."""
     with acting.wh.read() as con:
-        operator = con.execute("select 1 from operators where user_name = ?", [acting.actor.user]).fetchone()
-    return Me(user=acting.actor.user, staff=_staff(acting), operator=operator is not None)
+        operator = users.holds(con, acting.actor.user, "operator")
+    return Me(user=acting.actor.user, staff=_staff(acting), operator=operator)
 
 
 @operation("GET", "/users", where="user")

@@ -18,9 +18,10 @@ import functools
 import inspect
 import json
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import quote, unquote
 
 from pydantic import BaseModel, TypeAdapter
 
@@ -30,6 +31,7 @@ from amber_pipeline.warehouse.catalog import Warehouse
 
 Where = Literal["acting", "named", "user"]
 PREFIX = {"acting": "/v1/workspaces/{workspace}", "named": "/v1/workspaces/{workspace}", "user": "/v1"}
+DEFAULT_IN_PATH = "~"  # a Workspace path naming the user's default Workspace ("default", made on first use)
 
 
 @dataclass(frozen=True)
@@ -62,9 +64,14 @@ class Operation:
     def route(self) -> str:
         return PREFIX[self.where] + self.path
 
-    @property
+    @functools.cached_property
     def path_fields(self) -> list[str]:
         return [f for f in self.params.model_fields if "{" + f + "}" in self.path]
+
+    def path_for(self, workspace: str | None, values: Mapping[str, Any]) -> str:
+        """The request's path: the Workspace (None: the user's default) and the path fields from `values`."""
+        return self.route.format(workspace=path_value(workspace or DEFAULT_IN_PATH),
+                                 **{f: path_value(str(values[f])) for f in self.path_fields})
 
     def wire(self, result: Any) -> Any:
         """The record as JSON-able data: what goes over HTTP."""
@@ -102,13 +109,13 @@ def operation(method: str, path: str, *, where: Where = "acting", uploads: tuple
     return register
 
 
-def acting(wh: Warehouse, actor: identity.Actor, op: Operation, workspace: str | None) -> Acting:
+def acting(wh: Warehouse, actor: identity.Actor, op: Operation) -> Acting:
     """Who acts where for `op`: an ``acting`` operation checks membership (and with no Workspace named, gives
     the user's default); Quotes past their hour are expired first, so every operation sees their reservations
     released."""
     if op.where == "acting":
-        return in_workspace(wh, identity.Actor(actor.user, workspace))
-    return Acting(wh, actor, workspace or identity.DEFAULT_WORKSPACE)
+        return in_workspace(wh, actor)
+    return Acting(wh, actor, actor.workspace or identity.DEFAULT_WORKSPACE)
 
 
 def in_workspace(wh: Warehouse, actor: identity.Actor) -> Acting:
@@ -118,11 +125,21 @@ def in_workspace(wh: Warehouse, actor: identity.Actor) -> Acting:
     return Acting(wh, actor, chosen)
 
 
-def call_local(wh: Warehouse, actor: identity.Actor, name: str, workspace: str | None = None,
-               params: BaseModel | None = None) -> Any:
-    """Run an operation in this process, its record passed through the wire format as the API's would be, so
-    both modes print from the same data."""
+def call_local(wh: Warehouse, actor: identity.Actor, name: str, params: BaseModel | None = None) -> Any:
+    """Run an operation in this process for `actor` (in their Workspace), its record passed through the wire
+    format as the API's would be, so both modes print from the same data."""
     op = OPERATIONS[name]
-    result = op.run(acting(wh, actor, op, workspace), params if params is not None else op.params())
+    result = op.run(acting(wh, actor, op), params if params is not None else op.params())
     return op.record(json.loads(json.dumps(op.wire(result))))
 
+
+
+def path_value(text: str) -> str:
+    """`text` as one path segment, whatever it holds: percent-encoded twice, dots too, since a server decodes a
+    path once before routing (a '/' would split it, '..' would climb); `from_path` decodes it once more."""
+    return quote(quote(text, safe=""), safe="").replace(".", "%252E")
+
+
+def from_path(routed: str) -> str:
+    """A path value as its sender meant it, once the server has routed on it (`path_value`)."""
+    return unquote(routed)

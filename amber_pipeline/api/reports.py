@@ -126,14 +126,14 @@ def judge(acting: Acting, params: JudgeRequest) -> dict[str, Any]:
 
 def is_stored(source: str) -> bool:
     """A source Amber keeps (a Job, an imported folder), not a folder on this machine."""
-    return source.startswith(HARBOR_PREFIX) or (source.startswith("job-") and not Path(source).exists())
+    return source.startswith(HARBOR_PREFIX) or sources.is_amber_job(source)
 
 
 def _job_record(acting: Acting, source: str) -> dict[str, Any]:
     """What an Amber Job's record adds to its report (the Tasks it left missing, where the Agent's own token
     count disagrees with the proxy's); nothing for a folder or a Job whose Trials are here but whose record
     is not."""
-    if not source.startswith("job-") or Path(source).exists():
+    if not sources.is_amber_job(source):
         return {}
     try:
         return job_record(acting, source)

@@ -62,9 +62,12 @@ def list_all(wh: Warehouse) -> list[User]:
 def _read(con: Connection, name: str) -> User:
     if con.execute("select 1 from users where user_name = ?", [name]).fetchone() is None:
         raise NotFound(f"No user {quoted(name)}: add them with `amber user add NAME` on the server's host.")
-    staff, operator = (con.execute(f"select 1 from {_TABLES[r]} where user_name = ?", [name]).fetchone() is not None
-                       for r in ROLES)
-    return User(name, staff, operator)
+    return User(name, holds(con, name, "staff"), holds(con, name, "operator"))
+
+
+def holds(con: Connection, name: str, role: str) -> bool:
+    """Whether `name` holds `role`: a row of its table."""
+    return con.execute(f"select 1 from {_TABLES[role]} where user_name = ?", [name]).fetchone() is not None
 
 
 def _check_role(role: str) -> None:

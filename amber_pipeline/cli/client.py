@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
-from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel
@@ -73,8 +72,7 @@ class Remote:
 
     def call(self, op: Operation, workspace: str | None, params: BaseModel) -> Any:
         """Run `op` on the server for the token's user in `workspace` (None: their default)."""
-        path = op.route.format(workspace=path_value(workspace or "~"),
-                               **{f: path_value(str(getattr(params, f))) for f in op.path_fields})
+        path = op.path_for(workspace, params.model_dump())
         rest = params.model_dump(mode="json", exclude=set(op.path_fields))
         headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
         try:
@@ -121,12 +119,6 @@ def folder_archive(folder: Path) -> Iterator[Path]:
         with tarfile.open(archive, "w:gz") as tar:
             tar.add(folder, arcname=name)
         yield archive
-
-
-def path_value(text: str) -> str:
-    """`text` as one path segment, whatever it holds: percent-encoded twice, dots too, since the server decodes a
-    path once before routing (a '/' would split it, '..' would climb) and once more per value (`server/app.py`)."""
-    return quote(quote(text, safe=""), safe="").replace(".", "%252E")
 
 
 def _detail(response: httpx.Response) -> str:

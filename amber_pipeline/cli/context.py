@@ -25,8 +25,6 @@ from amber_pipeline.money import identity
 from amber_pipeline.paths import AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
 
-__all__ = ["Acting", "Context"]
-
 
 @dataclass
 class Context:
@@ -58,7 +56,7 @@ class Context:
         workspace = self.workspace or identity.load_config().get("workspace")
         if self.remote is not None:
             return self.remote.call(op, workspace, chosen)
-        return call_local(self.warehouse, self.actor, name, workspace, chosen)
+        return call_local(self.warehouse, identity.Actor(self.actor.user, workspace), name, chosen)
 
     def host_only(self) -> None:
         """Refuse a command that works on this machine's instance itself (its daemon, its files, a folder of
@@ -80,8 +78,3 @@ class Context:
     def acting(self) -> Acting:
         """The warehouse, the actor and the Workspace they act in (membership checked), on this machine."""
         return in_workspace(self.warehouse, self.actor)
-
-    def named_workspace(self) -> str:
-        """The Workspace a command names without acting in it (staff crediting a Wallet): --workspace, else the
-        config's, else "default"."""
-        return self.actor.workspace or identity.DEFAULT_WORKSPACE

@@ -23,7 +23,6 @@ import tempfile
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import unquote
 
 import anyio.to_thread
 from fastapi import Depends, FastAPI, File, Form, Query, Request, UploadFile
@@ -33,7 +32,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ValidationError, create_model
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from amber_pipeline.api.operations import Operation, acting
+from amber_pipeline.api.operations import DEFAULT_IN_PATH, Operation, acting, from_path
 from amber_pipeline.api.registry import OPERATIONS
 from amber_pipeline.auth import tokens
 from amber_pipeline.benchmarks.intake.archive import LIMITS
@@ -44,7 +43,6 @@ from amber_pipeline.paths import AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
 
 BEARER = HTTPBearer(auto_error=False, description="A personal API token (`amber token create`).")
-DEFAULT_WORKSPACE = "~"  # in a path: the user's default Workspace ("default", made on first use)
 MAX_REQUEST_BYTES = 1 << 30  # a dataset file for `benchmark adapt` may be large; an archive is refused past 100 MB
 STATUS = {tokens.SignInRefused: 401, Forbidden: 403, NotFound: 404}
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -74,7 +72,7 @@ def create_app(paths: AmberPaths, ui: ASGIApp | None = None, on_close: Callable[
     app = FastAPI(title="Amber", version="1", lifespan=lifespan,
                   description="Which AI model and agent to choose, with honest uncertainty. Sign in with "
                               "`Authorization: Bearer <token>` (a personal API token from `amber token create`). "
-                              f"In a Workspace path, `{DEFAULT_WORKSPACE}` names your default Workspace. A path "
+                              f"In a Workspace path, `{DEFAULT_IN_PATH}` names your default Workspace. A path "
                               "value is decoded once more after routing, so any text travels in it encoded twice "
                               "(`%252F` for '/').")
 
@@ -103,12 +101,12 @@ def _endpoint(wh: Warehouse, op: Operation) -> Callable[..., Any]:
 
     def endpoint(token: tokens.Token, **given: Any) -> JSONResponse:
         identity.SIGNED_IN.set(token.user)  # this request's context only
-        workspace = unquote(given.pop("workspace", "")) or None
-        actor = identity.Actor(token.user, None if workspace == DEFAULT_WORKSPACE else workspace)
+        workspace = from_path(given.pop("workspace", "")) or None
+        actor = identity.Actor(token.user, None if workspace == DEFAULT_IN_PATH else workspace)
         with contextlib.ExitStack() as stack:
             params, named = _params(op, given, stack)
             try:
-                result = op.run(acting(wh, actor, op, actor.workspace), params)
+                result = op.run(acting(wh, actor, op), params)
             except AmberError as e:  # a sentence names a file the way its user did, not where it was spooled
                 for spooled, as_named in named.items():
                     e.args = (str(e).replace(spooled, as_named),)
@@ -154,7 +152,7 @@ def _params(op: Operation, given: dict[str, Any], stack: contextlib.ExitStack) -
     """The op's params from the route's parts, and the files spooled for it with the names their user gave
     them. An uploaded file is spooled to a file the op reads, in a folder outside AMBER_HOME (which no upload
     may name) removed with `stack`; the name the client sent in its place is only ever shown."""
-    fields: dict[str, Any] = {name: unquote(given.pop(name)) for name in op.path_fields}
+    fields: dict[str, Any] = {name: from_path(given.pop(name)) for name in op.path_fields}
     named: dict[str, str] = {}
     for part in ("query", "body"):
         if part in given:

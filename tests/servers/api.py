@@ -39,7 +39,7 @@ class ApiServer:
     def start(cls, paths: AmberPaths, **options: Any) -> ApiServer:
         """`create_app(paths, **options)` served on a free loopback port, once it answers."""
         server = uvicorn.Server(uvicorn.Config(create_app(paths, **options), host="127.0.0.1", port=0,
-                                               log_level="warning", lifespan="off"))
+                                               log_level="warning", lifespan="off", ws="websockets-sansio"))
         thread = threading.Thread(target=server.run, name="amber-api", daemon=True)
         thread.start()
         deadline = time.monotonic() + STARTUP_S
