@@ -5,7 +5,9 @@ charge, between the charge and the row's cost, halfway through scoring. A
 test cannot hit those moments reliably from outside, so the code names them:
 when `AMBER_FAILPOINT` names a file whose text is a point's name, the process
 kills itself with SIGKILL on reaching that point (no cleanup, no exception
-handler runs). Unset, a point costs one environment lookup.
+handler runs). It removes the file first, so the point fires once: the run
+that takes over after the crash goes past it. Unset, a point costs one
+environment lookup.
 """
 
 from __future__ import annotations
@@ -27,4 +29,5 @@ def reach(name: str) -> None:
     except OSError:
         return
     if armed == name:
+        Path(control).unlink(missing_ok=True)
         os.kill(os.getpid(), signal.SIGKILL)

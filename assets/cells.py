@@ -86,4 +86,5 @@ def cell_scores(context: dg.AssetExecutionContext, warehouse: WarehouseResource)
 
 cell_job = dg.define_asset_job(
     "cell_job", selection=[trials, cell_scores], executor_def=dg.in_process_executor,
-    description="Runs one cell of a Job: its Trials, then the cell's Rewards and aggregate score.")
+    description="Runs one cell of a Job: its Trials, then the cell's Rewards and aggregate score. A run whose worker "
+                "died is resumed (twice at most, by run monitoring) and keeps the Trials already stored.")

@@ -1,4 +1,4 @@
-"""Launching an Amber Job from the Dagster UI.
+"""Launching an Amber Job from the Dagster UI, and going on with one past its ceiling.
 
 `submit_job`'s run config is the Job request itself (`jobs.request.JobRequest`:
 the launchpad shows its fields and their descriptions), the Workspace to act
@@ -17,7 +17,7 @@ import dagster as dg
 from pydantic import Field
 
 from amber_pipeline.analysis.plan import detectable_change_sentence
-from amber_pipeline.jobs import lifecycle, records
+from amber_pipeline.jobs import lifecycle, quotes, records
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.money import identity, workspaces
 from amber_pipeline.money.identity import DEFAULT_WORKSPACE
@@ -25,6 +25,8 @@ from amber_pipeline.money.prices import show
 from assets.cells import JOB_TAG
 from assets.resources import WarehouseResource
 from launcher import cell_runs
+
+QUOTE_TAG = "amber/quote"  # the Quote a continue_job run makes
 
 
 class SubmitJobConfig(JobRequest, dg.Config):
@@ -72,8 +74,11 @@ def start_job(context: dg.OpExecutionContext, request: dict, warehouse: Warehous
     config = SubmitJobConfig.model_validate(request)
     actor = identity.resolve(None, config.workspace)
     workspace = workspaces.acting_workspace(wh, actor)
-    quote, job = lifecycle.submit(wh, workspace, actor.user, config.request())
-    context.instance.add_run_tags(context.run_id, {JOB_TAG: job.id})
+    # The Job's id goes on the run before the Job is made: a run resumed after its worker died submits the
+    # same Job, not a second one.
+    job_id = context.run.tags.get(JOB_TAG) or lifecycle.new_job_id()
+    context.instance.add_run_tags(context.run_id, {JOB_TAG: job_id})
+    quote, job = lifecycle.submit(wh, workspace, actor.user, config.request(), job_id=job_id)
     cell_runs.submit(context.instance, records.claim_cells(wh, job.id))  # now, not at the sensor's next tick
     context.add_output_metadata({"job": job.id, "benchmark": job.benchmark_label, "quote": quote.id,
                                  "reserved_usd": float(quote.amount)})
@@ -88,3 +93,35 @@ def start_job(context: dg.OpExecutionContext, request: dict, warehouse: Warehous
 def submit_job():
     _, request = quote_job()
     start_job(request)
+
+
+class ContinueJobConfig(dg.Config):
+    workspace: str = Field(DEFAULT_WORKSPACE, description="The Workspace of the Job, whose Wallet pays.")
+    job_id: str = Field(description="The Job to go on with (job-...): one that stopped at its ceiling, was "
+                                    "cancelled, or runs near its ceiling.")
+    amount: str | None = Field(None, description="Dollars to reserve instead of the estimate of the missing "
+                                                 "Trials: a plain amount, like 12.50.")
+
+
+@dg.op(description="Reserve what the Job's missing Trials need and run them in the same Job.")
+def continue_amber_job(context: dg.OpExecutionContext, config: ContinueJobConfig,
+                       warehouse: WarehouseResource) -> str:
+    wh = warehouse.get()
+    actor = identity.resolve(None, config.workspace)
+    workspace = workspaces.acting_workspace(wh, actor)
+    # The continuation's id goes on the run before it is made: a resumed run reserves once (see start_job).
+    quote_id = context.run.tags.get(QUOTE_TAG) or quotes.new_quote_id()
+    context.instance.add_run_tags(context.run_id, {JOB_TAG: config.job_id, QUOTE_TAG: quote_id})
+    made = lifecycle.continue_job(wh, workspace, config.job_id, config.amount, quote_id=quote_id)
+    cell_runs.submit(context.instance, records.claim_cells(wh, made.job_id))  # now, not at the sensor's next tick
+    context.add_output_metadata({"job": made.job_id, "quote": made.id, "reserved_usd": float(made.amount),
+                                 "cells": ", ".join(c.label for c in made.cells)})
+    context.log.info(f"Continued {made.job_id}: {show(made.amount)} reserved for its missing Trials")
+    return made.job_id
+
+
+@dg.job(description="Go on with an Amber Job past its ceiling (or after a cancel): its missing Trials are priced, "
+                    "reserved from the Wallet and run in the same Job, as `amber job continue` does.",
+        executor_def=dg.in_process_executor)
+def continue_job():
+    continue_amber_job()

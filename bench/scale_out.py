@@ -20,10 +20,9 @@ and a second dockerd (`tests/servers/dockerd.py`, on loopback over mutual TLS) w
 runs and Trials run at once in both. Each run is timed from the claim to the last cell run's exit, in a fresh
 AMBER_HOME; the configurations take turns for 3 rounds (one first, then two first), and the figure is the median
 one-engine seconds over the median two-engine seconds (above 1: two engines were faster). The Task images are
-built on both engines before timing, and each Job has a ceiling of its own (`CEILING_USD`) so that none stops at
-its Quote. After each run every one of the 32 Trials must have a row (scored, Reward 0), each Job must be
-completed, each Trial's sandbox must have been on its cell's pool's engine, and no sandbox of the run may be
-left on either engine.
+built on both engines before timing. After each run every one of the 32 Trials must have a row (scored, Reward
+0), each Job must be completed, each Trial's sandbox must have been on its cell's pool's engine, and no sandbox
+of the run may be left on either engine.
 
 On 2 cores this too measures overhead, not capacity: both engines run on this one machine and share its two
 cores, so a second engine adds no CPU; the ratio says what spreading cells over engines costs (placement's
@@ -68,10 +67,6 @@ from servers import dockerd, postgres  # noqa: E402  (the tests' own loopback se
 
 DEMO_BENCH = PROJECT_ROOT / "examples" / "demo-bench"
 LOCAL_URL = "unix:///var/run/docker.sock"  # the machine's own engine, as engines_toml lists it
-# A ceiling of the user's own per Job (two sandbox-hours at the default price): the nop prior (1.8 s a Trial, at
-# two Trials at a time) plus the Quote's 40% headroom is too little for Trials 8 at a time on two busy cores, and a
-# Job at its ceiling stops its cell early.
-CEILING_USD = 0.10
 
 WRITER = textwrap.dedent("""
     import json, sys, time
@@ -248,7 +243,7 @@ def nop_trials(label: str, toml: str, slots: dict[str, int], benches: list[Path]
             wh = Warehouse(AmberPaths.from_env())
             funded(wh, DEFAULT_WORKSPACE)
             jobs = [lifecycle.submit(wh, DEFAULT_WORKSPACE, local_user(),
-                                     JobRequest(benchmark=str(bench), agent="nop", ceiling_usd=CEILING_USD))[1].id
+                                     JobRequest(benchmark=str(bench), agent="nop"))[1].id
                     for bench in benches]
             seconds, launches = drive(wh, slots)
         finally:

@@ -6,7 +6,8 @@ once, when the embedded Amber starts (`amber daemon start`, `amber ui`), then
 waits on a Unix socket (`amber_pipeline.warm_worker`) and forks:
 
 - ``{"op": "execute_run", "args": ...}`` from `WarmRunLauncher`: a child that
-  runs the Dagster run exactly as `dagster api execute_run` would;
+  runs the Dagster run exactly as `dagster api execute_run` would (and
+  ``resume_run``, for a run whose worker died, as `dagster api resume_run`);
 - ``{"op": "start_job", "job_id": ...}`` from the CLI: a child
   that claims the Job's cells and queues their runs (`cell_runs.submit`).
 
@@ -54,6 +55,14 @@ def execute_run(args_json: str) -> None:
 
     assert execute_run_command.callback is not None
     execute_run_command.callback(args_json, None)
+
+
+def resume_run(args_json: str) -> None:
+    """What `dagster api resume_run ARGS` does, in this process: a run whose worker died goes on."""
+    from dagster._cli.api import resume_run_command
+
+    assert resume_run_command.callback is not None
+    resume_run_command.callback(args_json)
 
 
 def start_job(job_id: str) -> None:
@@ -106,6 +115,8 @@ def _handle(conn: socket.socket, server: socket.socket) -> None:
     op = request.get("op")
     if op == "execute_run":
         pid = _fork(lambda: execute_run(request["args"]), server, conn)
+    elif op == "resume_run":
+        pid = _fork(lambda: resume_run(request["args"]), server, conn)
     elif op == "start_job":
         pid = _fork(lambda: start_job(str(request["job_id"])), server, conn)
     elif op == "ping":

@@ -110,6 +110,7 @@ def valid_params(world: World) -> dict[str, dict[str, Any]]:
     return {
         "job_quote": label_request, "job_submit": label_request, "job_start": {"quote_id": MISSING["quote_id"]},
         "job_cancel": {"job_id": MISSING["job_id"]}, "job_status": {"job_id": MISSING["job_id"]},
+        "job_continue": {"job_id": MISSING["job_id"]},
         "job_results": {"job_id": MISSING["job_id"]}, "job_list": {},
         "wallet_read": {}, "workspace_show": {}, "workspace_provider_policy": {},
         "sql": {"query": "select 1"}, "model_list": {}, "model_show": {"name": "replay-strong"},
@@ -140,6 +141,7 @@ ACTING = sorted(name for name, op in OPERATIONS.items() if op.where == "acting")
 BY_ID: dict[str, tuple[str, dict[str, Any]]] = {
     "job_start": ("quote_id", {}),
     "job_cancel": ("job_id", {}), "job_status": ("job_id", {}), "job_results": ("job_id", {}),
+    "job_continue": ("job_id", {}),
     "report": ("job_id", {}), "compare": ("job_id", {}), "leaderboard": ("job_id", {}), "judge": ("job_id", {}),
     "benchmark_validation": ("upload_id", {}), "benchmark_validate": ("upload_id", {}),
     "benchmark_publish": ("upload_id", {}),

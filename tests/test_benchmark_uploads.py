@@ -18,7 +18,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from helpers import cli, funded, ok, refusal
+from helpers import cli, funded, ok, refusal, request
 
 from amber_pipeline.benchmarks import registry, uploads
 from amber_pipeline.definitions import defs
@@ -312,6 +312,10 @@ def test_a_mixed_upload_validates_leaves_out_its_failing_tasks_with_reasons_and_
     assert "Published mixed@1" in published and "Nop and oracle both got Reward 0" in published
     version, owner, label = registry.find(warehouse, "mixed@1", ws)
     assert (owner, label, [t.name for t in version.tasks]) == (ws, "mixed@1", ["ini-port-change"])
+    # Its validation Trials taught what the Task takes: a Quote of the published Version starts from them.
+    for agent in ("oracle", "nop"):
+        [cell] = lifecycle.quote(warehouse, ws, local_user(), request("mixed@1", agent)).cells
+        assert cell.sources == {"task": {"Task history": 1}, "agent": {"cell history on the Task": 1}}, cell
 
 
 @pytest.mark.docker
@@ -478,7 +482,9 @@ def test_lint_with_a_model_review_prints_each_verdict_and_what_the_proxy_metered
 
 def test_a_validation_quote_prices_each_trial_at_its_tasks_time_limits(tmp_path: Path, warehouse: Warehouse):
     """Nothing ran these Tasks yet: each Trial is expected to use its agent and Verifier timeouts (60 s + 60 s
-    here), plus one image build per cell when the image is not built; a Trial is stopped at 1.5 times that."""
+    here) and the Environment's 10 s start-up allowance, plus one image build at its build timeout (Harbor's
+    default, 600 s) when the image is not built, in the first cell (the cells share it); a Trial is stopped at
+    1.5 times that, its build included."""
     ws = funded(warehouse)
     root = tmp_path / "limits"
     write_task(root, "limited", "true", "echo 0 > /logs/verifier/reward.txt")
@@ -486,8 +492,9 @@ def test_a_validation_quote_prices_each_trial_at_its_tasks_time_limits(tmp_path:
     priced = validation.estimate(warehouse, ws, local_user(), made)
     assert priced is not None
     [facts] = quotes.task_facts(registry.version(warehouse, str(made.benchmark_version_id), ws))
-    build = Decimal(0) if facts.image_built else usd(PRICES.sandbox_cost(120))
+    build = Decimal(0) if facts.image_built else usd(PRICES.sandbox_cost(600))
     assert [(c.label, Decimal(c.total)) for c in priced.quoted] == [
-        ("oracle", usd(PRICES.sandbox_cost(120)) + build), ("nop", usd(PRICES.sandbox_cost(120)) + build)]
-    assert all(c.basis.startswith("each Trial at its Task's time limits") for c in priced.quoted)
-    assert quotes.validation_stop_seconds(facts) == 1.5 * (120 + (0 if facts.image_built else 120))
+        ("oracle", usd(PRICES.sandbox_cost(130)) + build), ("nop", usd(PRICES.sandbox_cost(130)))]
+    assert all(c.basis.startswith("Environment and Verifier: declared limits (1 Task); Agent: declared limits "
+                                  "(1 Task)") for c in priced.quoted)
+    assert quotes.validation_stop_seconds(facts) == 1.5 * (130 + (0 if facts.image_built else 600))

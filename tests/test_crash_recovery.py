@@ -4,12 +4,14 @@ Each test runs a real cell run (Docker sandboxes, the oracle Agent) in a
 process of its own and kills it with SIGKILL: during a Trial, between a
 Trial's row and its charge, between the charge and the row's cost, and
 while the scores are written (the failpoints of `amber_pipeline.failpoints`).
-Then recovery runs as a user's command runs it (`amber job status`, `job
-cancel`) and as the Dagster sensor does, and the test checks what a user
-would: the Job ended and reserved = charged + refunded, every Trial charged
+Then recovery runs as `amber job cancel` and the Dagster sensor run it (a
+read such as `amber job status` changes nothing), and the test checks what a
+user would: the Job ended and reserved = charged + refunded, every Trial charged
 at most once and its row shows what the ledger took, finished Trials keep
 their Rewards, and no sandbox of the Job is left. One more restarts the
-Docker engine in the middle of a Job.
+Docker engine in the middle of a Job. These cell runs are not Dagster's runs:
+one that Dagster started is resumed and finishes its Job instead
+(tests/test_jobs_finish.py).
 """
 
 from __future__ import annotations
@@ -124,8 +126,11 @@ def test_a_run_killed_at_a_failpoint_settles_its_job(tmp_path: Path, warehouse: 
     assert run.wait(timeout=300) == -signal.SIGKILL, run.communicate()
     assert records.get_job(warehouse, job.id, None).status == "running"  # the run died: nobody ended it
 
-    ok = cli("job", "status", job.id)  # any command on this machine notices the dead run
+    ok = cli("job", "status", job.id)  # a read changes nothing: a run Dagster started would be resumed
     assert ok.exit_code == 0, ok.output
+    assert records.get_job(warehouse, job.id, None).status == "running"
+    with dg.instance_for_test() as instance:  # no Dagster run started this one: the sensor judges it by its pid
+        dead_cell_sensor(dg.build_sensor_context(instance=instance, resources={"warehouse": WarehouseResource()}))
     assert_settled(warehouse, job.id)
     [ended] = records.cells_of(warehouse, job.id)
     assert ended.status == cell_status, ended

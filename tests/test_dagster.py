@@ -326,3 +326,38 @@ def test_submit_job_shows_the_quote_before_reserving_and_can_stop_there(
     with warehouse.query("default") as con:
         [(amount,)] = con.execute("select amount from ledger where kind = 'reservation'").fetchall()
     assert shown["estimate_usd"].value == show(amount)
+
+
+# ---- 7. continue_job: a Job past its ceiling, from the UI ---------------------------------------------------------
+
+def test_continue_job_reserves_the_missing_trials_and_queues_their_cell_runs(
+        tmp_path: Path, warehouse: Warehouse, instance: dg.DagsterInstance) -> None:
+    """What `amber job continue` does, launched from the Dagster UI: a cancelled Job runs again, its missing
+    Trials reserved, and its cells' runs queued at once under new run keys; a Job that completed is refused."""
+    funded(warehouse)
+    made, job = lifecycle.submit(warehouse, "default", local_user(), request(str(small_bench(tmp_path)), "nop"))
+    lifecycle.cancel(warehouse, "default", job.id)
+    continue_job = defs.resolve_job_def("continue_job")
+    ran = continue_job.execute_in_process(
+        run_config={"ops": {"continue_amber_job": {"config": {"workspace": "default", "job_id": job.id}}}},
+        instance=instance)
+    assert ran.success and ran.output_for_node("continue_amber_job") == job.id
+    assert records.get_job(warehouse, job.id, "default").status == "running"
+    assert instance.get_run_by_id(ran.run_id).tags[JOB_TAG] == job.id
+    [cell] = records.cells_of(warehouse, job.id)
+    queued = instance.get_runs(dg.RunsFilter(tags={JOB_TAG: job.id, CELL_TAG: cell.cell_key}))
+    assert [r.tags["dagster/run_key"] for r in queued] == [f"{job.id}:{cell_file_id(cell.cell_key)}:r1"]
+    with warehouse.query("default") as con:
+        reserved = con.execute("select reserved from job_spending where job_id = ?", [job.id]).fetchone()[0]
+    assert reserved == 2 * made.amount  # the Quote's, released at the cancel, and the same Trials again
+
+    with warehouse.write() as con:
+        lifecycle.transition(con, job.id, "cancelled")
+        lifecycle.transition(con, job.id, "running")
+        lifecycle.transition(con, job.id, "completed")
+    refused = continue_job.execute_in_process(
+        run_config={"ops": {"continue_amber_job": {"config": {"workspace": "default", "job_id": job.id}}}},
+        instance=instance, raise_on_error=False)
+    assert not refused.success
+    [failure] = [e for e in refused.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    assert f"Job {job.id} is completed" in failure.event_specific_data.error.cause.message

@@ -6,7 +6,7 @@ without constructing any: the Kubernetes launcher would read a kubeconfig). Then
 started here: one PostgreSQL (Debian's, `servers.postgres`) holds the Dagster instances; a gRPC code server
 serves Amber's code location to an embedded daemon on deploy/dagster.postgres.yaml, beside an embedded daemon
 on the default SQLite instance; Jobs run real Trials in Docker sandboxes. A run worker is killed mid-cell and
-retried; and a cell runs in a container of Dagster's DockerRunLauncher. Nothing is mocked.
+its run resumed; and a cell runs in a container of Dagster's DockerRunLauncher. Nothing is mocked.
 """
 
 from __future__ import annotations
@@ -90,11 +90,11 @@ def test_every_deploy_file_loads_against_dagsters_schema(monkeypatch: pytest.Mon
     for path in [PROJECT_ROOT / "dagster.yaml", *INSTANCE_FILES]:
         config = check_instance_file(path)
         launchers[path.name] = config["run_launcher"]["class"]
-        if path.parent == DEPLOY:  # every variant: Postgres, and a worker that died retried, never resumed
+        # every file: a run whose worker died resumed twice at most, never run again as a new run
+        assert config["run_monitoring"]["enabled"] and config["run_monitoring"]["max_resume_run_attempts"] == 2
+        assert "run_retries" not in config, path
+        if path.parent == DEPLOY:  # every variant: Postgres
             assert config["storage"] == {"postgres": {"postgres_url": {"env": "AMBER_DAGSTER_PG_URL"}}}, path
-            assert config["run_monitoring"]["enabled"] and config["run_monitoring"]["max_resume_run_attempts"] == 0
-            assert config["run_retries"] == {"enabled": True, "max_retries": 1,
-                                             "retry_on_asset_or_op_failure": False}, path
     assert launchers == {"dagster.yaml": "WarmRunLauncher", "dagster.postgres.yaml": "WarmRunLauncher",
                          "dagster.docker.yaml": "DockerRunLauncher", "dagster.k8s.yaml": "K8sRunLauncher"}
 
@@ -106,11 +106,15 @@ def test_every_deploy_file_loads_against_dagsters_schema(monkeypatch: pytest.Mon
 def test_the_docker_variant_passes_what_a_run_worker_reads(tmp_path: Path) -> None:
     config = yaml.safe_load((DEPLOY / "dagster.docker.yaml").read_text())
     passed = {v.split("=", 1)[0] for v in config["run_launcher"]["config"]["env_vars"]}
-    assert {"AMBER_DAGSTER_PG_URL", *WORKER_SETTINGS} <= passed
-    # A name alone is copied from the daemon's environment, where it must be set: `amber daemon start` sets
-    # every one of them (an unset setting as empty, which Amber reads as its default).
+    # The instance file's own settings: the worker reads the instance (its storage, and its launcher, whose
+    # config run monitoring reads) as the daemon does.
+    own = {"AMBER_DAGSTER_PG_URL", "AMBER_RUN_IMAGE"}
+    assert {*own, *WORKER_SETTINGS} <= passed
+    # A name alone is copied from the daemon's environment, where it must be set: the instance file's own ones
+    # are (the daemon would not start without them), and `amber daemon start` sets Amber's (an unset setting
+    # as empty, which Amber reads as its default).
     env = embedded.environment(AmberPaths(tmp_path / "amber"))
-    assert {n for n in passed if n != "AMBER_DAGSTER_PG_URL"} <= set(env), passed - set(env)
+    assert passed - own <= set(env), passed - set(env)
 
 
 BROKEN = {
@@ -381,8 +385,8 @@ def test_the_webserver_reports_the_code_servers_location_loaded(tmp_path: Path, 
 # ---- 4. a run worker killed mid-cell ----------------------------------------------------------------------
 
 @pytest.mark.docker
-def test_a_run_worker_killed_mid_cell_is_retried_and_its_job_settles(tmp_path: Path,
-                                                                     deployment: Deployment) -> None:
+def test_a_run_worker_killed_mid_cell_is_resumed_and_its_job_completes(tmp_path: Path,
+                                                                       deployment: Deployment) -> None:
     wh = deployment.wh
     funded(wh)
     slow = bench(tmp_path, {"fix-off-by-one": 0, "ini-port-change": 0, "json-settings-update": 8})
@@ -403,15 +407,15 @@ def test_a_run_worker_killed_mid_cell_is_retried_and_its_job_settles(tmp_path: P
         assert charged() == 2
 
         wait_for(f"Job {job.id} to end", lambda: records.get_job(wh, job.id, None).ended, 180)
-        runs = wait_for("both runs' last events", lambda: finished_runs(instance, job.id, 2), 30)
-        failed = instance.get_run_by_id(first.run_id)
-        assert failed.status == dg.DagsterRunStatus.FAILURE and failed.tags["dagster/will_retry"] == "true"
-        [failure] = instance.all_logs(first.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
-        assert "Detected run worker status" in failure.message and f"pid {pid} is gone" in failure.message
-        [retry] = [r for r in runs if r.run_id != first.run_id]
-        assert retry.parent_run_id == first.run_id and retry.status == dg.DagsterRunStatus.SUCCESS
+        [run] = wait_for("the run's last events", lambda: finished_runs(instance, job.id, 1), 30)
+        assert run.run_id == first.run_id and run.status == dg.DagsterRunStatus.SUCCESS  # the same run, resumed
+        assert instance.count_resume_run_attempts(first.run_id) == 1
+        assert int(run.tags["amber/worker_pid"]) != pid  # by a new worker
+        resumed = [e.message for e in instance.all_logs(first.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)
+                   if "Resuming run" in (e.message or "")]
+        assert resumed and "Detected run worker status" in resumed[0] and f"pid {pid} is gone" in resumed[0]
 
-    # The sensor left the cell to the retry, which ran it to the end: every Trial scored, each charged once.
+    # The resumed run kept the two Trials stored and ran the third: every Trial scored, each charged once.
     assert records.get_job(wh, job.id, None).status == "completed"
     assert [c.status for c in records.cells_of(wh, job.id)] == ["done"]
     assert set(rewards(wh, job.id).values()) == {1.0} and len(rewards(wh, job.id)) == 3

@@ -24,7 +24,7 @@ from servers import dockerd
 
 from amber_pipeline import embedded
 from amber_pipeline.benchmarks import registry
-from amber_pipeline.jobs import cell_run, placement, quotes, records, recovery, trial_runner
+from amber_pipeline.jobs import cell_run, placement, records, recovery, trial_runner
 from amber_pipeline.jobs.records import cells_of, get_job
 from amber_pipeline.money import wallet
 from amber_pipeline.paths import PROJECT_ROOT
@@ -145,7 +145,6 @@ def test_a_cell_whose_engine_dies_moves_to_the_other_engine_and_is_charged_once(
         two_engines: dockerd.Dockerd, warehouse: Warehouse, primary: docker.DockerClient, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(trial_runner, "REMOTE_ENGINE_WAIT_SEC", 2.0)
-    monkeypatch.setitem(quotes.PRIORS, "oracle", quotes.Prior(0, 0, 600.0))  # a Quote above the slow verifiers
     job = submit(warehouse, str(bench(tmp_path, slow_sec=20)), "oracle", [], 1)
     [launch] = records.claim_cells(warehouse, job.id)
     assert launch.pool == "engine2" and launch.moves == 0

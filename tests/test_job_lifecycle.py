@@ -9,7 +9,6 @@ and prices (`prices=`) where a Trial must cost more than its Quote; nothing is m
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shutil
@@ -26,8 +25,6 @@ import dagster as dg
 import pytest
 from helpers import cli, funded, ok, refusal, request
 
-from amber_pipeline.agents.catalog import agent_spec
-from amber_pipeline.cells import NO_MODEL, Cell
 from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import cell_run as pipeline
 from amber_pipeline.jobs import lifecycle as jobs
@@ -49,7 +46,8 @@ pytestmark = pytest.mark.usefixtures("both_catalogs", "cli_mode")
 DEMO = PROJECT_ROOT / "examples" / "demo-bench"
 STATES = ("quoted", "running", "completed", "cancelled", "ceiling_reached", "failed")
 LEGAL = {("quoted", "running"), ("quoted", "cancelled"), ("running", "completed"), ("running", "cancelled"),
-         ("running", "ceiling_reached"), ("running", "failed")}
+         ("running", "ceiling_reached"), ("running", "failed"),
+         ("ceiling_reached", "running"), ("cancelled", "running")}  # the last two: `amber job continue`
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 NEW_YORK = ZoneInfo("America/New_York")
 
@@ -104,14 +102,6 @@ def ledger(wh: Warehouse, workspace: str = DEFAULT_WORKSPACE) -> list[wallet.Ent
 def state(wh: Warehouse, workspace: str = DEFAULT_WORKSPACE) -> wallet.WalletState:
     with wh.read() as con:
         return wallet.state(con, workspace)
-
-
-def prior_per_trial(wh: Warehouse, agent: str) -> Decimal:
-    """The prior-based cost per Trial (with headroom) of a cell of the Agent that has no Trials yet."""
-    cell = Cell("no-such-version", agent, agent_spec(agent).spec_id, NO_MODEL)
-    estimate = quotes.estimate_cell(wh, DEFAULT_WORKSPACE, cell, 1, 1)
-    assert "prior" in estimate.basis
-    return Decimal(estimate.cost_per_trial)
 
 
 # ---- 1. states ---------------------------------------------------------------------------------------------
@@ -259,7 +249,7 @@ def test_a_quote_uses_each_task_s_measured_history(tmp_path: Path, wh: Warehouse
     source = bench(tmp_path, "two", {"ini-port-change": "ini-port-change", "fix-off-by-one": "fix-off-by-one"})
     first = quote(wh, source)
     [cell] = first.cells
-    assert "prior" in cell.basis and cell.n_tasks == 2 and cell.trials_per_task == 1
+    assert "declared limits" in cell.basis and cell.n_tasks == 2 and cell.trials_per_task == 1
     assert Decimal(cell.total) == Decimal(cell.cost_per_trial) * 2 == first.amount
     jobs.start(wh, DEFAULT_WORKSPACE, first.id)
     records = pipeline.run_cell_of_job(wh, first.job_id, cell.cell_key)
@@ -268,9 +258,14 @@ def test_a_quote_uses_each_task_s_measured_history(tmp_path: Path, wh: Warehouse
     second = quote(wh, source, 3)
     [again] = second.cells
     assert again.cell_key == cell.cell_key
-    assert again.basis == "history of this cell: 2 Tasks measured"
-    # Each Task at its own measured sandbox time (oracle calls no model), with headroom, three Trials each.
-    per_task = [usd(PRICES.sandbox_cost(r.duration_sec) * quotes.HEADROOM) for r in records]
+    assert again.basis == ("Environment and Verifier: Task history (2 Tasks); Agent: cell history on the Task "
+                           "(2 Tasks)")
+    # Each Task at its own measured sandbox time but its image's (oracle calls no model), with headroom, three
+    # Trials each: the Task's part (Environment and Verifier) and the Agent's, each 1.4 times what it took.
+    per_task = [PRICES.sandbox_cost((r.environment_sec + r.verifier_sec) * 1.4 + r.agent_sec * 1.4)
+                for r in records]
+    assert all(abs(r.environment_sec + r.agent_sec + r.verifier_sec + r.image_sec - r.duration_sec) < 1e-6
+               for r in records)
     assert second.amount == Decimal(again.total) == 3 * sum(per_task)
     assert totals(wh, first.id)[0] == totals(wh, first.id)[1] + totals(wh, first.id)[2]
 
@@ -348,10 +343,10 @@ def test_cancel_stops_in_flight_trials_and_refunds_what_was_not_spent(tmp_path: 
     assert row["settled"] is True and row["status"] == "cancelled"
     assert state(wh).reserved == 0 and state(wh).available == Decimal(100)
 
-    # Stopped Trials measured nothing: the next Quote of this cell still uses the prior.
+    # Stopped Trials measured nothing: the next Quote of this cell still knows nothing of its Tasks or its cell.
     again = quote(wh, source)
     assert again.cells[0].cell_key == cell.cell_key
-    assert "prior" in again.cells[0].basis, again.cells[0].basis
+    assert again.cells[0].sources == {"task": {"declared limits": 3}, "agent": {"declared limits": 3}}
 
 
 # ---- 6. the ceiling ----------------------------------------------------------------------------------------
@@ -359,18 +354,19 @@ def test_cancel_stops_in_flight_trials_and_refunds_what_was_not_spent(tmp_path: 
 @pytest.mark.docker
 def test_at_the_ceiling_no_trial_starts_in_flight_ones_stop_and_results_stay(tmp_path: Path,
                                                                              wh: Warehouse) -> None:
-    """The Quote is made from the priors at the default prices; the cell runs at a sandbox price 10,000 times
-    higher, so Task a's oracle alone, a second or two long, costs more than the whole Quote pays for."""
+    """The Quote is made from the Tasks' declared limits at the default prices; the cell runs at a sandbox price
+    10,000 times higher, so Task a's oracle alone, two seconds long, costs more than the whole Quote pays for."""
     token = os.urandom(3).hex()
     a, b, c = f"ceil-a-{token}", f"ceil-b-{token}", f"ceil-c-{token}"
-    reservation = 3 * (prior_per_trial(wh, "oracle") + prior_per_trial(wh, "nop"))
     steep = Prices(sandbox_usd_per_hour=PRICES.sandbox_usd_per_hour * 10_000)
-    seconds = math.ceil(reservation / steep.sandbox_usd_per_hour * 3600) + 1  # a's sandbox time costs more
-    assert seconds <= 2 and steep.sandbox_cost(seconds) > reservation
+    seconds = 2
     source = bench(tmp_path, "ceil", {a: "ini-port-change", b: "fix-off-by-one", c: "count-log-errors"},
                    sleeps={a: seconds, b: 120})
     funded(wh)
-    made, job = jobs.submit(wh, DEFAULT_WORKSPACE, local_user(), request(str(source), "oracle", bounds=True))
+    asked = request(str(source), "oracle", bounds=True)
+    reservation = jobs.estimate(wh, DEFAULT_WORKSPACE, local_user(), asked).total
+    assert steep.sandbox_cost(seconds) > reservation  # a's sandbox time costs more
+    made, job = jobs.submit(wh, DEFAULT_WORKSPACE, local_user(), asked)
     assert made.amount == reservation
     cells = {cl.agent: cl for cl in cells_of(wh, job.id)}
     try:
@@ -439,7 +435,7 @@ def test_the_money_flow_through_the_cli(tmp_path: Path, wh: Warehouse) -> None:
     quote_id = re.search(r"amber job start (quote-[0-9a-f]+)", out)
     assert quote_id, out
     made = quotes.get(wh, "team", quote_id.group(1))
-    assert "prior" in out and made.job_id in out and f"Reserved {show(made.amount)}" in out
+    assert "declared limits" in out and made.job_id in out and f"Reserved {show(made.amount)}" in out
     assert get_job(wh, made.job_id, "team").status == "quoted"
     out = ok(cli("--workspace", "team", "job", "start", made.id))
     assert f"Started {made.job_id}" in " ".join(out.split())
@@ -460,5 +456,6 @@ def test_the_money_flow_through_the_cli(tmp_path: Path, wh: Warehouse) -> None:
     out = ok(cli("--workspace", "team", "sql",
                  f"select status, settled from job_spending where job_id = '{made.job_id}'"))
     assert re.search(r"cancelled\s*│\s*True", out), out
-    # A started (now cancelled) Job's Quote cannot be started again.
-    refused(cli("--workspace", "team", "job", "start", made.id), made.job_id, "is cancelled", "cannot become running")
+    # A started (now cancelled) Job's Quote cannot be started again: such a Job goes on with `job continue`.
+    refused(cli("--workspace", "team", "job", "start", made.id), made.job_id, "started already and is cancelled",
+            f"amber job continue {made.job_id}")

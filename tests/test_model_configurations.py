@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from amber_pipeline.errors import AmberError
-from amber_pipeline.jobs.budget import Budget
+from amber_pipeline.jobs.budget import Budget, Pool
 from amber_pipeline.models import configurations, secrets
 from amber_pipeline.models.configurations import ModelConfiguration, model_configuration
 from amber_pipeline.models.providers import PROVIDERS, Wire
@@ -161,15 +161,27 @@ def test_model_cost_prices_cached_input_apart() -> None:
 
 
 def test_budget_holds_each_call_and_refuses_what_no_longer_fits() -> None:
+    """The budget is what is left of the Job's pool: the ledger's remainder as last read, less what this run's
+    calls spent on Trials not charged yet."""
     mc = model_configuration("claude-sonnet-4.6")  # $3 input, $15 output per million
-    budget = Budget(Decimal("0.01"), PRICES, mc)
-    first = budget.hold(Usage(1_000, 0, 0))  # no call yet: its input, all uncached, $0.003
+    ledger = [Decimal("0.01")]  # what the ledger has left of the Job's reservations
+    pool = Pool(lambda: ledger[0])
+    budget = Budget(pool, PRICES, mc)
+    spend = budget.of_trial("job/cell/task/1")
+    first = spend.hold(Usage(1_000, 0, 0))  # no call yet: its input, all uncached, $0.003
     assert first == Decimal("0.003") and budget.held == Decimal("0.003")
-    assert budget.hold(Usage(2_500, 0, 0)) is None  # $0.003 held + $0.0075 > $0.01
-    budget.settle(first, Usage(1_000, 0, 200))  # it cost $0.003 + $0.003
-    assert (budget.spent, budget.held) == (Decimal("0.006"), Decimal(0))
+    assert spend.hold(Usage(2_500, 0, 0)) is None  # $0.003 held + $0.0075 > $0.01
+    spend.settle(first, Usage(1_000, 0, 200))  # it cost $0.003 + $0.003, not charged yet
+    assert (budget.spent, budget.held, pool.left()) == (Decimal("0.006"), Decimal(0), Decimal("0.004"))
     # From now on a call is expected to cost what the calls so far cost on average: $0.006.
-    assert budget.hold(Usage(50_000, 0, 0)) is None  # $0.006 + $0.006 > $0.01, whatever its size
-    budget.limit = Decimal("0.012")
-    assert budget.hold(Usage(50_000, 0, 0)) == Decimal("0.006")
+    assert spend.hold(Usage(50_000, 0, 0)) is None  # $0.006 > $0.004 left, whatever its size
+    # Its Trial is charged ($0.006 from the ledger) and `amber job continue` adds $0.008 to the pool.
+    ledger[0] = Decimal("0.01") - Decimal("0.006") + Decimal("0.008")
+    pool.settled(["job/cell/task/1"])
+    assert pool.left() == Decimal("0.012")
+    assert spend.hold(Usage(50_000, 0, 0)) == Decimal("0.006")
+    # Another cell's charges, seen at the next refresh, leave less than a call's worth beside what is held.
+    ledger[0] = Decimal("0.011")
+    pool.refresh()
+    assert spend.hold(Usage(1, 0, 0)) is None  # $0.006 held + $0.006 > $0.011
     assert Budget(None, PRICES, mc).hold(Usage(10**9, 0, 0)) is not None

@@ -25,6 +25,7 @@ import pytest
 from helpers import cli, ok, refusal, request, sign_in
 
 from amber_pipeline.jobs import lifecycle
+from amber_pipeline.money import wallet
 from amber_pipeline.money.identity import local_user
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
@@ -90,7 +91,8 @@ def _tasks(root: Path) -> None:
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Instance]:
     """An instance as users leave it: Workspaces default (funded, with alice), broke (empty) and bob's other
-    (funded, with a quoted Job); in default a quoted Job, a cancelled one and an expired Quote."""
+    (funded, with a quoted Job); in default a quoted Job, a cancelled one, a completed one and an expired
+    Quote."""
     base = tmp_path_factory.mktemp("refusals")
     home, config, tasks = base / "amber", base / "config.toml", base / "tasks"
     _tasks(tasks)
@@ -112,9 +114,15 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Instance]:
         expired = lifecycle.quote(wh, "default", me, static, now=datetime.now(UTC) - timedelta(hours=2))
         lifecycle.expire_due(wh)
         others = lifecycle.quote(wh, "other", "bob", static)
+        completed = lifecycle.quote(wh, "default", me, static)
+        lifecycle.start(wh, "default", completed.id)
+        with wh.write() as con:  # as its last cell would end it (`lifecycle._end_if_idle`)
+            lifecycle.transition(con, completed.job_id, "completed")
+            wallet.release(con, "default", completed.id, completed.job_id, "unspent when the Job ended completed")
         ok(cli("wallet"))  # every command expires what is due: nothing is left to expire
     yield Instance(home, config, tasks, {"quoted": quoted.job_id, "cancelled": cancelled.job_id,
-                                         "expired": expired.id, "others": others.job_id})
+                                         "expired": expired.id, "others": others.job_id,
+                                         "completed": completed.job_id})
 
 
 @pytest.fixture
@@ -162,7 +170,7 @@ def state(instance: Instance) -> dict[str, object]:
 
 
 # (case id, the command's arguments, a phrase its sentence holds). {tasks} is the folder of Task folders;
-# {quoted}, {cancelled}, {others} are Jobs, {expired} a Quote (see `template`).
+# {quoted}, {cancelled}, {completed}, {others} are Jobs, {expired} a Quote (see `template`).
 CASES: list[tuple[str, list[str], str]] = [
     # job quote: the Benchmark
     ("quote-missing-path", ["job", "quote", "{tasks}/nowhere", "--model", "replay-strong"], "No Benchmark at"),
@@ -233,6 +241,19 @@ CASES: list[tuple[str, list[str], str]] = [
     ("status-others-job", ["job", "status", "{others}"], "{others}"),
     ("wait-unknown-job", ["job", "wait", "job-0000000000"], "job-0000000000"),
     ("results-others-job", ["results", "{others}"], "{others}"),
+    # going on past a ceiling (`job continue`)
+    ("continue-completed-job", ["job", "continue", "{completed}"], "is completed"),
+    ("continue-quoted-job", ["job", "continue", "{quoted}"], "is quoted"),
+    ("continue-others-job", ["job", "continue", "{others}"], "No Job {others} in Workspace default"),
+    ("continue-unknown-job", ["job", "continue", "job-0000000000"], "No Job job-0000000000"),
+    ("continue-amount-exponent", ["job", "continue", "{cancelled}", "--amount", "1e1"],
+     "is not an amount for --amount"),
+    ("continue-amount-underscore", ["job", "continue", "{cancelled}", "--amount", "1_0"],
+     "is not an amount for --amount"),
+    ("continue-amount-negative", ["job", "continue", "{cancelled}", "--amount", "-5"],
+     "is not an amount for --amount"),
+    ("continue-amount-zero", ["job", "continue", "{cancelled}", "--amount", "0"], "is not an amount for --amount"),
+    ("continue-short-wallet", ["job", "continue", "{cancelled}", "--amount", "1000"], "is missing"),
     # Workspaces and money
     ("credit-not-staff", ["--user", "alice", "--workspace", "default", "credit", "add", "--amount", "5",
                           "--reason", "please"], "staff"),

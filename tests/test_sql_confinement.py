@@ -196,7 +196,7 @@ def test_ledger_jobs_and_trials_are_the_acting_workspaces_rows(instance: Instanc
 def test_a_query_reads_only_the_views_it_names(instance: Instance) -> None:
     assert confined.views_named("select kind, sum(amount) from ledger group by kind") == {"ledger"}
     assert views.with_dependencies(confined.views_named("select * from job_spending")) == {
-        "job_spending", "jobs", "quotes", "ledger"}
+        "job_spending", "jobs", "ledger"}
     # A broken Trial file is left out of the Trials (warehouse/fitting.py), and touches no other view.
     broken = instance.wh.paths.trials / "cell-broken" / "job-x.parquet"
     broken.parent.mkdir()

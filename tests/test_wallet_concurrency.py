@@ -30,7 +30,6 @@ from servers import postgres
 
 from amber_pipeline.cells import cell_file_id
 from amber_pipeline.jobs import cell_run as pipeline
-from amber_pipeline.jobs import quotes
 from amber_pipeline.jobs.records import Job, cells_of, get_job
 from amber_pipeline.money import wallet
 from amber_pipeline.money.identity import Actor, local_user
@@ -319,8 +318,6 @@ def crash(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
             mp.setenv("AMBER_HOME", str(tmp / "amber"))
             mp.setenv("AMBER_CONFIG", str(tmp / "amber-config.toml"))
             postgres.use_catalog(request.param, request, mp)
-            # A Quote well above what a nop Trial costs, so the Job is not stopped at its ceiling.
-            mp.setitem(quotes.PRIORS, "nop", quotes.Prior(0, 0, 600.0))
             wh = Warehouse(AmberPaths.from_env())
             job = submit(wh, str(tmp / "bench"), "nop", [], 1)
             [cell] = cells_of(wh, job.id)
@@ -391,8 +388,10 @@ def test_a_killed_cell_run_run_again_charges_each_trial_once(crash: CrashRun) ->
     assert crash.cell_status_after_kill == "running"  # nobody marked it: the process died
     assert crash.orphans_after_kill, "the kill hit while a sandbox was up"
 
-    # The restarted run marked the cell running again, ran every Trial, and ended the Job.
-    assert sorted(r.task_name for r in crash.records) == sorted(crash.task_names)
+    # The restarted run marked the cell running again, kept the Trials stored before the kill, ran the others
+    # (the one in flight again), and ended the Job.
+    kept = {key.split("/")[2] for key in crash.charged_before_kill}
+    assert kept and {r.task_name for r in crash.records} == set(crash.task_names) - kept
     assert all(r.outcome == "scored" and r.attempt == 1 for r in crash.records), crash.records
     assert crash.cell_statuses == ["done"]
     assert crash.job_status == "completed"
@@ -400,7 +399,7 @@ def test_a_killed_cell_run_run_again_charges_each_trial_once(crash: CrashRun) ->
     # One charge per Trial attempt: the ones charged before the kill were not charged again.
     keys = [key for key, _ in crash.charges]
     assert len(keys) == len(set(keys)), keys
-    assert sorted(keys) == sorted(r.key for r in crash.records)
+    assert sorted(keys) == sorted([r.key for r in crash.records] + crash.charged_before_kill)
     assert set(crash.charged_before_kill) <= set(keys)
     reserved, charged, refunded = crash.totals
     assert charged == sum(amount for _, amount in crash.charges) > 0

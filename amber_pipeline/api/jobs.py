@@ -48,6 +48,7 @@ class Progress(BaseModel):
     cells: list[records.JobCell]
     finished: int  # Trials with a result so far
     total: int
+    notice: str | None = None  # a sentence the user should read: no daemon runs the Job's cells
 
     @property
     def settled(self) -> bool:
@@ -151,8 +152,28 @@ def folder_sent(archive: Path) -> Iterator[Path]:
 def job_cancel(acting: Acting, params: JobRef) -> records.Job:
     """Stop a Job: no new Trial starts, in-flight ones stop, the unspent reservation is refunded."""
     lifecycle.cancel(acting.wh, acting.workspace, params.job_id)
-    recovery.recover(acting.wh)  # a cell whose run died ends now, so a stuck Job is refunded at once
+    recovery.recover(acting.wh)  # a cell whose run died ends now: the cancelled Job is refunded without waiting
     return records.get_job(acting.wh, params.job_id, acting.workspace)
+
+
+class ContinueRequest(BaseModel):
+    job_id: str = Field(description="An Amber Job id (job-...).")
+    amount: str | None = Field(None, description="Dollars to reserve instead of the estimate of the missing Trials: "
+                                                 "a plain decimal string, like \"12.50\".")
+
+
+@operation("POST", "/jobs/{job_id}/continue")
+def job_continue(acting: Acting, params: ContinueRequest) -> Started:
+    """Go on with a Job past its ceiling: reserve what its missing Trials need (or `amount`) and run them in it.
+
+    For a Job that stopped at its ceiling or was cancelled, and for a running Job near its ceiling. The missing
+    Trials are those `results` lists; they run in the same Job, so its report holds every Trial.
+    """
+    job = records.get_job(acting.wh, params.job_id, acting.workspace)  # an unknown Job is the first thing to say
+    require_docker(job.request)
+    made = lifecycle.continue_job(acting.wh, acting.workspace, job.id, params.amount)
+    return Started(job=records.get_job(acting.wh, job.id, acting.workspace), quote=made,
+                   notice=launch(acting.wh, job.id))
 
 
 class Jobs(BaseModel):
@@ -163,22 +184,25 @@ class Jobs(BaseModel):
 @operation("GET", "/jobs")
 def job_list(acting: Acting) -> Jobs:
     """Every Job of the Workspace, with its Trials done so far."""
-    recovery.recover(acting.wh)
     return Jobs(workspace=acting.workspace,
                 jobs=[_progress(acting, job) for job in records.list_jobs(acting.wh, acting.workspace)])
 
 
 @operation("GET", "/jobs/{job_id}")
 def job_status(acting: Acting, params: JobRef) -> Progress:
-    """The state of one Job, its cells, and its Trials done so far."""
-    recovery.recover(acting.wh)  # a run that died on this machine ends its cell, so a wait ends
+    """The state of one Job, its cells, and its Trials done so far.
+
+    It only reads: a cell whose run died is resumed by the daemon's run monitoring, or ended by it when that
+    gives up, never by a read; with no daemon running, a running Job says so.
+    """
     return _progress(acting, records.get_job(acting.wh, params.job_id, acting.workspace))
 
 
 def _progress(acting: Acting, job: records.Job) -> Progress:
     cells = records.cells_of(acting.wh, job.id)
+    notice = NO_DAEMON if job.status == "running" and embedded.daemon_pid(acting.wh.paths) is None else None
     return Progress(job=job, cells=cells, finished=records.trials_finished(acting.wh, job.id),
-                    total=sum(c.n_trials for c in cells))
+                    total=sum(c.n_trials for c in cells), notice=notice)
 
 
 @operation("GET", "/jobs/{job_id}/results")

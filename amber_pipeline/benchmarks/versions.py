@@ -52,6 +52,19 @@ class BenchmarkVersion:
     def task_path(self, task: TaskSpec) -> Path:
         return self.root / task.folder
 
+    def task_hash(self, task: TaskSpec) -> str:
+        """The content hash of one Task's own files: the same Task in any Benchmark Version, whoever's, has the
+        same one, so what its Trials taught (how long its Environment and Verifier take) follows it."""
+        key = (self.id, task.folder)
+        if key not in _task_hashes:
+            folder = self.task_path(task)
+            _task_hashes[key] = content_hash([folder], folder)
+        return _task_hashes[key]
+
+
+# A Version's files never change, so each Task's hash is computed once per process.
+_task_hashes: dict[tuple[str, str], str] = {}
+
 
 def content_hash(task_dirs: list[Path], base: Path) -> str:
     """Hash of sorted relative paths, file bytes and the executable bit only."""

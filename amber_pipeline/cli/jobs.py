@@ -70,6 +70,24 @@ def job_submit(ctx: typer.Context, benchmark: options.Benchmark, agent: options.
         follow(c, started.job.id)
 
 
+@job_app.command("continue")
+def job_continue(ctx: typer.Context, job_id: options.JobId,
+                 amount: Annotated[str | None, typer.Option("--amount", metavar="USD", help=(
+                     "Dollars to reserve instead of the estimate of the missing Trials (a plain amount, like "
+                     "12.50)."))] = None) -> None:
+    """Go on with a Job past its ceiling (or cancelled, or running near its ceiling): reserve what its missing
+    Trials need and run them in the same Job."""
+    started = Context.of(ctx).call("job_continue", job_id=job_id, amount=amount)
+    made = started.quote
+    assert made is not None
+    print_notice(started.notice)
+    out.table(["cell", "Tasks missing a Trial", "per Trial", "estimate", "sources"],
+              ([c.label, c.n_tasks, show(Decimal(c.cost_per_trial)), show(c.estimated), c.basis] for c in made.cells),
+              title=f"Missing Trials of {made.job_id} on {made.benchmark_label}")
+    out.line(f"Reserved {show(made.amount)} more from Workspace {made.workspace}'s Wallet ({made.id}); "
+             f"{started.job.id} is {started.job.status} and runs its missing Trials.")
+
+
 @job_app.command("cancel")
 def job_cancel(ctx: typer.Context, job_id: options.JobId) -> None:
     """Stop a Job: no new Trial starts, in-flight ones stop, the unspent reservation is refunded."""
@@ -95,6 +113,7 @@ def job_status(ctx: typer.Context, job_id: Annotated[str | None, typer.Argument(
     out.line(f"{job.id} over {job.benchmark_label}: {job.status}" + (f" ({job.message})" if job.message else ""))
     out.table(["cell", "status", "Trials", "note"],
               ([cell.label, cell.status, cell.n_trials, cell.message or ""] for cell in found.cells))
+    print_notice(found.notice)
 
 
 @job_app.command("wait")
@@ -188,6 +207,7 @@ def follow(c: Context, job_id: str) -> None:
 def watch(c: Context, job_id: str) -> records.Job:
     """A progress bar over the Job's Trials until it has ended and no cell still runs; the ended Job."""
     found = c.call("job_status", job_id=job_id)
+    print_notice(found.notice)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=out.console, transient=False) as progress:
         bar = progress.add_task(f"{job_id} Trials", total=found.total)

@@ -45,8 +45,8 @@ class CellModels:
 
     def open(self, trial_key: str) -> Grant:
         """A token for one Trial attempt."""
-        return self.proxy.grant(Grant(trial_key, self.mc, self.upstream.url, self.upstream.key, self.budget,
-                                      self.allowed_providers))
+        return self.proxy.grant(Grant(trial_key, self.mc, self.upstream.url, self.upstream.key,
+                                      self.budget.of_trial(trial_key), self.allowed_providers))
 
     def close(self, grant: Grant, retry: int) -> Usage:
         """End the attempt: its token stops working, its calls go to the transcripts; what it used."""

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import date
 
 import pyarrow as pa
 
 from amber_pipeline import failpoints
 from amber_pipeline.agents.catalog import agent_spec
-from amber_pipeline.jobs import lifecycle, placement, records
+from amber_pipeline.jobs import lifecycle, placement, records, recovery
 from amber_pipeline.jobs.cell_models import TranscriptCall
-from amber_pipeline.jobs.outcomes import ProviderSignal
+from amber_pipeline.jobs.outcomes import Kind, ProviderSignal
 from amber_pipeline.jobs.static_run import run_static_cell
 from amber_pipeline.jobs.trial_runner import CellRun, run_cell
 from amber_pipeline.money.prices import PRICES, Prices
@@ -35,36 +36,51 @@ def run_trials(wh: Warehouse, job_id: str, cell_key: str,
                on_trial_done: Callable[[TrialRecord], None] | None = None,
                prices: Prices = PRICES) -> list[TrialRecord]:
     """Run the Job's Trials of one cell and store them; a cell that could not run is marked failed (one that
-    ran waits for :func:`store_results`)."""
+    ran waits for :func:`store_results`).
+
+    An earlier run of the cell in this Job (one that died, or one that stopped at the Job's ceiling before
+    `amber job continue`) may have stored Trials already: the scored ones are kept, charged now if their run
+    died before it charged them (each once), and only the others run. Those that ran go to ``on_trial_done``.
+    """
     run = lifecycle.open_cell_run(wh, job_id, cell_key, prices)
     if not lifecycle.start_cell(wh, job_id, cell_key):  # cancelled or at its ceiling before this run began
         return []
     rows = wh.trials_file(run.cell.file_id, job_id)
-    stored: list[TrialRecord] = []
+    kept = [r for r in recovery.settle_rows(wh, job_id, cell_key) if r.outcome == Kind.SCORED]
+    run = replace(run, done=frozenset((r.task_name, r.attempt) for r in kept))
+    stored: list[TrialRecord] = list(kept)
 
     def finished(records: list[TrialRecord]) -> None:
         # A Trial's row is on disk before its charge, so a run killed at any point leaves every charged Trial
-        # with its row, and recovery (`recovery.settle_rows`) charges what was not charged yet.
+        # with its row, and the next run (or recovery) charges what was not charged yet.
         stored.extend(records)
         wh.write_parquet(trials_table(stored), rows)
         failpoints.reach("after_rows")
         changed = lifecycle.charge_records(wh, job_id, records)
         failpoints.reach("after_charge")
+        if run.pool is not None:
+            run.pool.settled(r.key for r in records)
         if changed:
             wh.write_parquet(trials_table(stored), rows)
-        if any(r.error_type == ProviderSignal.CEILING for r in records):  # the proxy refused a call past the Quote
+        if any(r.error_type == ProviderSignal.CEILING for r in records):  # the proxy refused a call past the pool
             lifecycle.reach_ceiling(wh, job_id, "a model call would have passed the Job's Quote")
         for record in records:
             if on_trial_done is not None:
                 on_trial_done(record)
 
-    keep_going = lambda: lifecycle.is_running(wh, job_id)  # noqa: E731
+    def keep_going() -> bool:
+        if run.pool is not None:
+            run.pool.refresh()  # other cells' charges, and what `amber job continue` adds
+        return lifecycle.is_running(wh, job_id)
+
     try:
         if agent_spec(run.cell.agent).static:
             output = run_static_cell(run, on_batch=finished, keep_going=keep_going)
         else:
             output = run_cell(run, on_trial_done=lambda record: finished([record]), keep_going=keep_going)
-        wh.write_parquet(trials_table(output.records), rows)  # in the order they were asked for; even none
+        order = {(t.name, a): i for i, (t, a) in enumerate(replace(run, done=frozenset()).todo())}
+        every = sorted(kept + output.records, key=lambda r: order.get((r.task_name, r.attempt), len(order)))
+        wh.write_parquet(trials_table(every), rows)  # in the order they were asked for; even none
         write_transcripts(wh, run, output.calls)
         wh.store.put_folder(records.run_dir(wh, job_id, cell_key))  # its Trial folders, for other machines' reports
     except placement.EngineLost as lost:

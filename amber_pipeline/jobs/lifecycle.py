@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -26,15 +26,17 @@ from amber_pipeline.benchmarks import registry
 from amber_pipeline.benchmarks.tasks import no_benchmark, within_limits
 from amber_pipeline.benchmarks.versions import BenchmarkVersion, FolderTasks, read_folder
 from amber_pipeline.cells import Cell
-from amber_pipeline.errors import AmberError, Forbidden
-from amber_pipeline.jobs import cell_names, quotes, workers
+from amber_pipeline.errors import AmberError, Forbidden, NotFound
+from amber_pipeline.jobs import cell_names, history, quotes, workers
+from amber_pipeline.jobs.budget import Pool
 from amber_pipeline.jobs.outcomes import Kind
 from amber_pipeline.jobs.quotes import Quote
 from amber_pipeline.jobs.records import ACTIVE_CELL, FINAL, Job, cells_of, get_job, run_dir
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.models.configurations import ModelConfiguration
 from amber_pipeline.money import wallet, workspaces
-from amber_pipeline.money.prices import PRICES, Prices, usd
+from amber_pipeline.money.amounts import parse_amount
+from amber_pipeline.money.prices import PRICES, Prices, show, usd
 from amber_pipeline.warehouse.catalog import Connection, Warehouse
 from amber_pipeline.warehouse.schemas import TrialRecord
 
@@ -44,9 +46,12 @@ if TYPE_CHECKING:  # the runner imports the proxy and aiohttp: not for a CLI tha
 TRANSITIONS: dict[str, set[str]] = {
     "quoted": {"running", "cancelled"},
     "running": {"completed", "cancelled", "ceiling_reached", "failed"},
+    "ceiling_reached": {"running"},  # `amber job continue`, with a Quote for the missing Trials
+    "cancelled": {"running"},  # likewise
 }
 EXPIRED = "Quote expired before the Job started"
 STOPPED_EARLY = ("ceiling_reached", "cancelled")
+CONTINUABLE = (*STOPPED_EARLY, "running")  # a running Job near its ceiling may be given more too
 
 
 def _scalar(con: Connection, query: str, params: list) -> Any:
@@ -133,20 +138,31 @@ def estimate(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, n
     _check_fit(wh, workspace, request, version, mcs, private=owner != registry.PUBLIC)
     cells = request.cells(version, mcs)
     tasks = quotes.task_facts(version)
+    # The Job's cells share its Tasks' images: a build is priced once, in the first cell's estimate.
+    built = [replace(f, image_built=True) for f in tasks]
     return Estimate(version.id, owner, label, cells,
-                    [quotes.estimate_cell(wh, workspace, c, tasks, request.trials_per_task, prices,
-                                          at_limits=validation is not None) for c in cells],
+                    [quotes.estimate_cell(wh, workspace, c, tasks if i == 0 else built, request.trials_per_task,
+                                          prices, at_limits=validation is not None) for i, c in enumerate(cells)],
                     len(version.tasks), folder)
 
 
+def new_job_id() -> str:
+    return f"job-{uuid.uuid4().hex[:10]}"
+
+
 def quote(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now: datetime | None = None,
-          prices: Prices = PRICES, validation: Validation | None = None) -> Quote:
+          prices: Prices = PRICES, validation: Validation | None = None, job_id: str | None = None) -> Quote:
     """Record a quoted Job and reserve its Quote at once; it waits for `start`. Nothing is written unless the
     Quote is made: a folder's Tasks are copied aside first, and moved into the store in the catalog transaction
-    that records their Version, the Job and the reservation."""
+    that records their Version, the Job and the reservation.
+
+    ``job_id`` makes the call idempotent: a Job of that id quoted already (by a run that died after quoting it
+    and was resumed) is its Quote, and nothing more is reserved."""
+    if job_id is not None and (made := _quote_of(wh, workspace, job_id)) is not None:
+        return made
     now = now or datetime.now(UTC)
     priced = estimate(wh, workspace, user, request, now=now, prices=prices, validation=validation)
-    job_id = f"job-{uuid.uuid4().hex[:10]}"
+    job_id = job_id or new_job_id()
     with _kept(priced) as keep, wh.write() as con:
         label = registry.record_folder(con, priced.folder, priced.owner) if priced.folder else priced.label
         made = quotes.reserve(con, workspace, job_id, label, priced.quoted, now, request.ceiling_usd)
@@ -218,16 +234,77 @@ def start(wh: Warehouse, workspace: str, quote_or_job_id: str, now: datetime | N
     if job.status == "cancelled" and job.message == EXPIRED:
         raise AmberError(f"Quote {made.id} expired at {made.expires_at.astimezone(UTC):%Y-%m-%d %H:%M:%S UTC}: "
                          "make a new one with `amber job quote`.")
+    if job.status in STOPPED_EARLY:
+        raise AmberError(f"Job {job.id} started already and is {job.status}: go on with `amber job continue "
+                         f"{job.id}`.")
     with wh.write(workspace) as con:
         transition(con, job.id, "running", at=now)
     return get_job(wh, job.id, workspace)
 
 
-def submit(wh: Warehouse, workspace: str, user: str, request: JobRequest, *,
-           now: datetime | None = None, validation: Validation | None = None) -> tuple[Quote, Job]:
-    """Quote a Job and start it at once: what `amber job submit` and the UI's submit_job do."""
-    made = quote(wh, workspace, user, request, now=now, validation=validation)
-    return made, start(wh, workspace, made.id, now=now)
+def submit(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now: datetime | None = None,
+           validation: Validation | None = None, job_id: str | None = None) -> tuple[Quote, Job]:
+    """Quote a Job and start it at once: what `amber job submit` and the UI's submit_job do; idempotent given
+    ``job_id`` (see `quote`)."""
+    made = quote(wh, workspace, user, request, now=now, validation=validation, job_id=job_id)
+    job = get_job(wh, made.job_id, workspace)
+    return made, (start(wh, workspace, made.id, now=now) if job.status == "quoted" else job)
+
+
+def _quote_of(wh: Warehouse, workspace: str, job_id: str) -> Quote | None:
+    try:
+        return quotes.get(wh, workspace, job_id)
+    except NotFound:
+        return None
+
+
+def continue_job(wh: Warehouse, workspace: str, job_id: str, amount: str | None = None, *,
+                 now: datetime | None = None, prices: Prices = PRICES, quote_id: str | None = None) -> Quote:
+    """Go on with a Job past its ceiling: price its missing Trials (those `amber results` lists), reserve that
+    (or ``amount``, dollars as typed) into its pool with a Quote of its own, and run them in the same Job, so
+    its report is one Job whose cells hold every Trial. A Job that stopped (ceiling_reached or cancelled)
+    runs again; a running one near its ceiling is given more (then what its pool has left counts). Refused,
+    changing nothing, for a Job that completed, failed or is not the Workspace's, for an amount that is not
+    plain, and for a Wallet too short. ``quote_id`` makes the call idempotent: a continuation made already
+    under that id (by a run that died after making it and was resumed) is returned, and nothing more is
+    reserved."""
+    now = now or datetime.now(UTC)
+    extra = parse_amount(amount, "--amount") if amount is not None else None
+    job = get_job(wh, job_id, workspace)
+    if quote_id is not None and (made := _quote_of(wh, workspace, quote_id)) is not None and made.job_id == job.id:
+        return made
+    if job.status not in CONTINUABLE:
+        raise AmberError(f"Job {job.id} is {job.status}: only a Job that stopped at its ceiling, was cancelled, or "
+                         "still runs can go on; submit a new Job instead.")
+    cells = cells_of(wh, job.id)
+    if job.status != "running" and any(c.status == "running" for c in cells):
+        raise AmberError(f"Job {job.id} is still stopping its Trials: continue it once `amber job status "
+                         f"{job.id}` shows no cell running.")
+    version = registry.version(wh, job.benchmark_version_id, job.benchmark_owner)
+    missing = quotes.to_finish(wh, workspace, job.id, version.id, cells, quotes.task_facts(version),
+                               job.trials_per_task, prices)
+    if not missing:
+        raise AmberError(f"Every Trial of Job {job.id} has its Reward: there is nothing to continue.")
+    estimate = sum((m.cost_usd for m in missing), Decimal(0))
+    left = pool_left(wh, job.id) if job.status == "running" else Decimal(0)
+    reserve = extra if extra is not None else max(estimate - left, Decimal(0))
+    if reserve <= 0:
+        raise AmberError(f"Job {job.id} has {show(left)} of its reservation left, which covers its missing Trials "
+                         f"(estimated at {show(estimate)}): nothing needs adding; give --amount to add more anyway.")
+    with wh.write(workspace) as con:
+        status = _scalar(con, "select status from jobs where id = ?", [job.id])
+        if status != job.status:  # it moved meanwhile: what was priced may no longer be what is missing
+            raise AmberError(f"Job {job.id} became {status} meanwhile: run `amber job continue {job.id}` again.")
+        made = quotes.continuation(con, workspace, job.id, job.benchmark_label, [m.quote for m in missing],
+                                   reserve, now, quote_id)
+        if status != "running":
+            transition(con, job.id, "running", at=now)
+            con.execute("update jobs set message = null, finished_at = null where id = ?", [job.id])
+            con.execute("update job_cells set status = 'pending', launched_at = null, started_at = null, "
+                        "finished_at = null, worker = null, engine_pool = null, message = null, "
+                        "rounds = coalesce(rounds, 0) + 1 where job_id = ? and cell_key in (select unnest(?))",
+                        [job.id, [m.cell_key for m in missing]])
+    return made
 
 
 def expire_due(wh: Warehouse, now: datetime | None = None) -> list[str]:
@@ -263,14 +340,19 @@ def open_cell_run(wh: Warehouse, job_id: str, cell_key: str, prices: Prices = PR
     cell = Cell(version.id, jc.agent, agent_spec(jc.agent).spec_id, jc.model_configuration)
     if cell.key != cell_key:
         raise AmberError(f"The Agent {jc.agent} changed since Job {job_id} was submitted: submit the Job again.")
-    share = next((Decimal(c.total) for c in quotes.get(wh, job.workspace, job_id).cells if c.cell_key == cell_key),
-                 None) if job.quote_id else None
+    pool = Pool(lambda: pool_left(wh, job_id)) if job.quote_id else None
     policy = workspaces.provider_policy(wh, job.workspace) if job.private else None
     limits = ({f.name: quotes.validation_stop_seconds(f) for f in quotes.task_facts(version)}
               if job.purpose == "validation" else None)
     return CellRun(job_id, cell, version, job.trials_per_task, run_dir(wh, job_id, cell.key), job.workspace,
-                   private=job.private, prices=prices, budget=share, allowed_providers=policy, paths=wh.paths,
+                   private=job.private, prices=prices, pool=pool, allowed_providers=policy, paths=wh.paths,
                    time_limits=limits, engine_pool=jc.engine_pool)
+
+
+def pool_left(wh: Warehouse, job_id: str) -> Decimal:
+    """What is left of the Job's pool: its reservations less its charges and refunds."""
+    with wh.read() as con:
+        return wallet.job_remaining(con, job_id)
 
 
 def is_running(wh: Warehouse, job_id: str) -> bool:
@@ -295,34 +377,38 @@ def start_cell(wh: Warehouse, job_id: str, cell_key: str) -> bool:
 
 
 def charge_trial(wh: Warehouse, job_id: str, trial_key: str, cost: float) -> wallet.Charge:
-    """Charge one Trial attempt to its Job's Quote; at the ceiling the Job ends ceiling_reached."""
+    """Charge one Trial attempt to its Job's pool; at the ceiling the Job ends ceiling_reached."""
     return charge_trials(wh, job_id, [(trial_key, cost)])[0]
 
 
-def charge_trials(wh: Warehouse, job_id: str, costs: list[tuple[str, float]]) -> list[wallet.Charge]:
-    """Charge Trial attempts (key, cost) in one transaction, in order; at the ceiling the Job ends
-    ceiling_reached."""
+def charge_trials(wh: Warehouse, job_id: str, costs: list[tuple[str, float]],
+                  used: Sequence[TrialRecord] = ()) -> list[wallet.Charge]:
+    """Charge Trial attempts (key, cost) in one transaction, in order, and keep what the scored Trials among
+    ``used`` used (`history.record`), in the same one; at the ceiling the Job ends ceiling_reached."""
     if not costs:
         return []
     with wh.write(job=job_id) as con:
-        row: tuple[str, str | None, str] | None = con.execute(
-            "select workspace, quote_id, status from jobs where id = ?", [job_id]).fetchone()
-        workspace, quote_id, status = row or ("", None, "")
+        row: tuple[str, str | None, str, str] | None = con.execute(
+            "select workspace, quote_id, status, benchmark_owner from jobs where id = ?", [job_id]).fetchone()
+        workspace, quote_id, status, owner = row or ("", None, "", "")
         if quote_id is None:
             return [wallet.Charge(Decimal(0), ceiling_reached=False) for _ in costs]
-        results = wallet.charge_many(con, workspace, quote_id, job_id, [(key, usd(cost)) for key, cost in costs])
+        results = wallet.charge_many(con, workspace, wallet.latest_quote(con, job_id) or quote_id, job_id,
+                                     [(key, usd(cost)) for key, cost in costs])
+        history.record(con, workspace, owner, used)
     if any(r.ceiling_reached for r in results) and status == "running":
         reach_ceiling(wh, job_id, "the Job's charges reached its Quote")
     return results
 
 
 def charge_records(wh: Warehouse, job_id: str, records: list[TrialRecord]) -> bool:
-    """Charge the scored Trials among ``records`` (each attempt once) and make each row show what the ledger
-    took: less at the ceiling, an earlier charge on a restart. Whether any row's cost changed."""
+    """Charge the scored Trials among ``records`` (each attempt once), keep what they used for later Quotes, and
+    make each row show what the ledger took: less at the ceiling, an earlier charge on a restart. Whether any
+    row's cost changed."""
     scored = [r for r in records if r.outcome == Kind.SCORED]  # Errored and cancelled Trials are not charged
     changed = False
-    for record, charge in zip(scored, charge_trials(wh, job_id, [(r.key, r.cost_usd) for r in scored]),
-                              strict=True):
+    charges = charge_trials(wh, job_id, [(r.key, r.cost_usd) for r in scored], scored)
+    for record, charge in zip(scored, charges, strict=True):
         charged = float(charge.earlier if charge.earlier is not None else charge.amount)
         changed |= charged != record.cost_usd
         record.cost_usd = charged
@@ -391,4 +477,5 @@ def _end_if_idle(con: Connection, job_id: str) -> None:
         transition(con, job_id, job_status,
                    f"{len(failed)} of {len(rows)} cells could not finish{reason}" if failed else None)
     if job_status in FINAL and quote_id:
-        wallet.release(con, workspace, quote_id, job_id, f"unspent when the Job ended {job_status}")
+        wallet.release(con, workspace, wallet.latest_quote(con, job_id) or quote_id, job_id,
+                       f"unspent when the Job ended {job_status}")

@@ -1,28 +1,41 @@
 """Quotes: the estimated cost of a Job, its reservation from the Wallet, and what an unfinished Job still needs.
 
 A cell's estimate is the sum over its Tasks of Trials per Task x the expected
-cost of one Trial of that Task, taken from the first of:
+cost of one Trial of that Task. A Trial's cost has two parts, each priced
+from what is known of its owner (`history.py`):
 
-1. this Workspace's earlier scored Trials of this Task in this cell (their mean);
-2. its earlier scored Trials of this cell on other Tasks (their mean);
-3. the prior of the Agent with this Model Configuration when that pair's use
-   was measured (`PAIR_PRIORS`), else the Agent's (`PRIORS`), fitted to what the Task says of itself: its
-   tokens and sandbox time scaled down to the Task's agent timeout when the
-   prior was taken on Tasks with longer ones, and its sandbox time bounded by
-   the Task's agent and Verifier timeouts.
+- the **Task's part**: its Environment (start, copies, stop) and its Verifier,
+  from the mean of every scored Trial of the Task the Workspace may learn from
+  (any Agent, any cell, validation included; every Workspace's, for a Task of
+  a public Benchmark Version): "Task history". A Task nothing has run yet is
+  priced from its own declared limits: its Verifier timeout, plus a start-up
+  allowance (`ENVIRONMENT_ALLOWANCE_SEC`): "declared limits". A Task whose
+  image is not built yet also pays for one build: the mean of its earlier
+  builds, else its build timeout (once per Job: `lifecycle.estimate` prices
+  it in the first cell, since the Job's cells share the image);
+- the **Agent's part** (its time in the sandbox, and the tokens the model
+  proxy metered), from this Workspace's scored Trials of the cell's Agent
+  Version and Model Configuration: on this Task ("cell history on the Task"),
+  else their mean over other Tasks, bounded by this Task's agent timeout
+  ("cell history"), else the Agent's own prior (`PRIORS`, `PAIR_PRIORS`:
+  "prior"), which for the oracle, running the Task's own solution, is the
+  Task's agent timeout ("declared limits"). No Agent is ever priced from
+  another Agent's prior.
 
-History counts what the Trials used (metered tokens, sandbox seconds), priced
-at today's prices. A Task whose sandbox image is not built yet also pays for
-one build (a prior bounded by its build timeout) once per cell; when Docker
-cannot be asked, the image counts as not built, so a Quote never fails for
-want of Docker. A headroom of 40% is added throughout (`HEADROOM`), because
-the Quote is also the Job's spending ceiling and a ceiling at the mean would
-stop half of all Jobs early. Each cell says which estimates it used.
+History counts what Trials used (metered tokens, seconds), priced at today's
+prices, with a headroom of 40% (`HEADROOM`); declared limits are already
+upper bounds and carry none. When Docker cannot be asked whether an image is
+built, it counts as not built, so a Quote never fails for want of Docker.
+Each cell says which source it used for each part, for how many Tasks.
 
-A user may reserve more than the estimate, a ceiling of their own (at least
-the estimate, at most what the Wallet has available); the extra is spread
-over the cells in proportion to their estimates, so the cells' totals, which
-the model proxy uses as each cell's budget, still sum to the Quote.
+The Quote is the Job's spending ceiling, but one pool (`wallet.job_remaining`):
+a cell that runs over its estimate may use what the others did not need, so
+a Job stops only when its whole reservation is spent, and what is not spent
+is refunded. A user may reserve more than the estimate, a ceiling of their
+own (at least the estimate, at most what the Wallet has available); the
+extra is spread over the cells in proportion to their estimates. A Job that
+stopped at its ceiling or was cancelled goes on with a Quote for its missing
+Trials (`continuation`), reserved into the same pool.
 
 This module only estimates and reserves; the Job's lifecycle (`lifecycle.py`)
 decides when a Quote is made, started, expired or released.
@@ -32,8 +45,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from decimal import ROUND_DOWN, Decimal
 from typing import Any
@@ -45,8 +59,9 @@ from amber_pipeline.agents.catalog import agent_spec
 from amber_pipeline.benchmarks.versions import BenchmarkVersion
 from amber_pipeline.cells import NO_MODEL, Cell, model_name
 from amber_pipeline.errors import AmberError, NotFound
+from amber_pipeline.jobs import history
 from amber_pipeline.jobs.records import JobCell
-from amber_pipeline.models.configurations import ModelConfiguration, model_configuration
+from amber_pipeline.models.configurations import model_configuration
 from amber_pipeline.models.wire import Usage
 from amber_pipeline.money import wallet
 from amber_pipeline.money.prices import MICRO, PRICES, Prices, show, usd
@@ -59,27 +74,37 @@ LIFETIME = timedelta(hours=1)
 # 1.4 (about the square root of 2) a Quote holds for a repeat that spends up to 1.4 times its history, sets aside
 # at most twice what one spending 0.7 times it needs, and a repeat of the same spend sits at 0.71 of its Quote, the
 # geometric middle of that range.
-HEADROOM = Decimal("1.4")
-# One image build, when the Task's image is not built yet, bounded by the Task's build timeout (Harbor's default is
-# 600 s): a Task image that installs a few packages on a cached base builds in about a minute or two.
-BUILD_PRIOR_SEC = 120.0
+HEADROOM = 1.4
 DOCKER_ASK_TIMEOUT_SEC = 5
-# Validation runs Tasks nothing has run yet, so its Quote expects each Trial to use its Task's own time limits:
-# the agent timeout (the oracle runs the solution under it; Harbor's None means unlimited, taken here as Harbor's
-# usual 600 s) and the Verifier timeout (Harbor's default 600 s). The Trial is stopped at 1.5 times that, plus an
-# image build when the image is not built yet; the unspent rest of the reservation is refunded as always.
-VALIDATION_AGENT_SEC = 600.0
-VALIDATION_VERIFIER_SEC = 600.0
+# Harbor's defaults where a Task declares no limit: an agent timeout of None means unlimited, taken here as
+# Harbor's usual 600 s; its Verifier timeout defaults to 600 s.
+DEFAULT_AGENT_SEC = 600.0
+DEFAULT_VERIFIER_SEC = 600.0
+# What a sandbox's start, copies and stop take besides its image, Agent and Verifier, for a Task nothing has run
+# yet: 1-2 s on the demo Tasks and on the third-party ones (tests/fixtures/third_party), and no Task declares it,
+# so this allows several times that.
+ENVIRONMENT_ALLOWANCE_SEC = 10.0
+# Validation runs Tasks nothing has run yet, so every Trial is priced at its Task's declared limits, and stopped
+# at 1.5 times them, image build included; the unspent rest of the reservation is refunded as always.
 VALIDATION_STOP = 1.5
+
+# The sources of a part of an estimate, as a Quote names them.
+TASK_HISTORY = "Task history"
+CELL_TASK_HISTORY = "cell history on the Task"
+CELL_HISTORY = "cell history"
+PRIOR = "prior"
+DECLARED_LIMITS = "declared limits"
 
 
 @dataclass(frozen=True)
 class Prior:
-    """What one Trial of an Agent uses before this Workspace has run it, on the Tasks the numbers come from."""
+    """What an Agent itself uses in one Trial before this Workspace has run it with the Model Configuration: the
+    tokens it sends and receives, and its own time in the sandbox (setup and run; the Task's Environment and
+    Verifier are the Task's part), on the Tasks the numbers come from."""
 
     input_tokens: int  # all input, cached included
     output_tokens: int
-    sandbox_sec: float
+    agent_sec: float | None  # None: as long as the Task allows (its agent timeout)
     cached_input_tokens: int = 0
     reference_agent_sec: float | None = None  # the agent timeout of those Tasks; None: the same on every Task
 
@@ -89,36 +114,33 @@ class Prior:
 # agent_result token counts) use on the order of 100k-500k input tokens per Trial, most of them prompt-cache reads
 # because Terminus-2 sends its whole conversation again every turn, and some thousands of output tokens, over most
 # of the agent timeout. We take round numbers inside that order of magnitude, not a fitted mean: 250k input with
-# 80% cached, 8k output, 600 s of sandbox. On a Task with a shorter agent timeout the Agent has less time to spend
-# them, so they scale down with it (never up: Terminus-2 summarizes its context on long Tasks).
-# oracle and nop: measured on the demo Tasks (examples/demo-bench, images built, two Trials at a time,
-# bench/quote_accuracy.py): on a busy machine the oracle's Trials took 2.5-3.4 s on average, nop's 1.8-2.5 s; on
-# a quiet one 1.7 s and 1.4 s, container start-up and Verifier included. The priors sit where the headroom covers
-# both (2.3 s and 1.8 s). Tasks whose solution or Verifier runs longer are not known until they have run.
+# 80% cached, 8k output, 600 s of the Agent's time. On a Task with a shorter agent timeout the Agent has less time
+# to spend them, so they scale down with it (never up: Terminus-2 summarizes its context on long Tasks).
+# oracle: runs the Task's own solution, which takes what the Task makes it take: its agent timeout until a Trial
+# of it says more. nop: does nothing (Harbor's setup and run of it take milliseconds).
 # direct: one call with a static Task's Instruction and a short answer.
 # The installed Agents (Claude Code, Codex CLI, pi, mini-swe-agent) send a fixed context with every call (system
 # prompt and tool schemas: INSTALLED_CONTEXT_TOKENS, measured against the provider double), which dominates short
 # Tasks, so their priors are not scaled down with the agent timeout: 30 calls of that context plus a growing
 # conversation, most of it cached, per Trial.
 PRIORS = {"terminus-2": Prior(250_000, 8_000, 600.0, cached_input_tokens=200_000, reference_agent_sec=900.0),
-          "oracle": Prior(0, 0, 2.3), "nop": Prior(0, 0, 1.8), "direct": Prior(400, 300, 0.0),
+          "oracle": Prior(0, 0, None), "nop": Prior(0, 0, 0.0), "direct": Prior(400, 300, 0.0),
           "claude-code": Prior(1_000_000, 15_000, 600.0, cached_input_tokens=900_000),
           "codex": Prior(600_000, 15_000, 600.0, cached_input_tokens=540_000),
           "pi": Prior(300_000, 10_000, 600.0, cached_input_tokens=250_000),
           "mini-swe-agent": Prior(300_000, 10_000, 600.0, cached_input_tokens=250_000)}
-UNKNOWN_PRIOR = PRIORS["terminus-2"]  # an Agent without its own prior is assumed to spend like Terminus-2
 # Agent x Model Configuration pairs whose use was measured, which say more than the Agent's prior: the replay
 # configurations' scripts on the demo Tasks (bench/quote_accuracy.py, 16 Trials each, metered by the proxy: mean
-# input with cached, output, sandbox seconds). A pair's prior, like an Agent's, gives way to history.
+# input with cached, output, and the Agent's seconds: the Trial's less the 1.5 s of its Environment and Verifier).
 # The installed Agents with the replays: metered by the proxy on count-log-errors (tests/test_installed_agents.py,
 # three calls, warm images: Claude Code 30k input, Codex CLI 15.5k, pi 2.3k, mini-swe-agent 2.8k; 2-20 s in the
 # sandbox), taken up to the four calls of the longer demo scripts.
-_INSTALLED_REPLAY = {"claude-code": Prior(45_000, 100, 5.0, cached_input_tokens=25_000),
-                     "codex": Prior(22_000, 100, 18.0, cached_input_tokens=14_000),
-                     "pi": Prior(4_000, 100, 4.0, cached_input_tokens=2_500),
-                     "mini-swe-agent": Prior(4_000, 100, 22.0, cached_input_tokens=2_500)}
-PAIR_PRIORS = {("terminus-2", "replay-strong"): Prior(4_500, 240, 4.7, cached_input_tokens=3_350),
-               ("terminus-2", "replay-weak"): Prior(2_900, 130, 3.8, cached_input_tokens=1_950)} | {
+_INSTALLED_REPLAY = {"claude-code": Prior(45_000, 100, 3.5, cached_input_tokens=25_000),
+                     "codex": Prior(22_000, 100, 16.5, cached_input_tokens=14_000),
+                     "pi": Prior(4_000, 100, 2.5, cached_input_tokens=2_500),
+                     "mini-swe-agent": Prior(4_000, 100, 20.5, cached_input_tokens=2_500)}
+PAIR_PRIORS = {("terminus-2", "replay-strong"): Prior(4_500, 240, 3.2, cached_input_tokens=3_350),
+               ("terminus-2", "replay-weak"): Prior(2_900, 130, 2.3, cached_input_tokens=1_950)} | {
     (agent, replay): prior for agent, prior in _INSTALLED_REPLAY.items() for replay in ("replay-strong", "replay-weak")}
 
 
@@ -127,12 +149,16 @@ def prior_of(cell: Cell) -> tuple[Prior, str]:
     model = model_name(cell.model_configuration)
     if (cell.agent, model) in PAIR_PRIORS:
         return PAIR_PRIORS[(cell.agent, model)], f"measured prior for {cell.agent} with {model}"
-    return PRIORS.get(cell.agent, UNKNOWN_PRIOR), f"prior for {cell.agent}"
+    if cell.agent not in PRIORS:
+        raise AmberError(f"The {cell.agent} Agent has no prior to quote it from: add one to "
+                         "amber_pipeline/jobs/quotes.py.")
+    return PRIORS[cell.agent], f"prior for {cell.agent}"
 
 
 @dataclass(frozen=True)
 class TaskFacts:
-    """What a Quote knows of a Task before running it: its time limits and whether its image is built."""
+    """What a Quote knows of a Task before running it: its time limits, whether its image is built, and its
+    content hash (by which its history is found)."""
 
     name: str
     agent_timeout_sec: float | None = None  # None: no limit known
@@ -140,14 +166,24 @@ class TaskFacts:
     build_timeout_sec: float = 0.0
     image_built: bool = True
     static: bool = False  # no Environment: no sandbox, no image
+    task_hash: str | None = None
+
+    @property
+    def agent_limit_sec(self) -> float:
+        return self.agent_timeout_sec if self.agent_timeout_sec is not None else DEFAULT_AGENT_SEC
+
+    @property
+    def verifier_limit_sec(self) -> float:
+        return self.verifier_timeout_sec if self.verifier_timeout_sec is not None else DEFAULT_VERIFIER_SEC
 
 
 @dataclass(frozen=True)
 class TaskEstimate:
     task: str
-    per_trial: Decimal  # with headroom
-    build: Decimal  # once per cell, with headroom; 0 when the image is built
-    basis: str  # "task", "cell" or "prior"
+    per_trial: Decimal  # with headroom where it comes from history or a prior
+    build: Decimal  # once (per Job: the first cell of a Job holds it); 0 when the image is built
+    task_basis: str | None  # where the Task's part came from (None: a static Task has none)
+    agent_basis: str  # where the Agent's part came from
 
     def cost(self, trials: int) -> Decimal:
         return self.per_trial * trials + self.build
@@ -163,6 +199,9 @@ class CellQuote:
     basis: str
     total: str  # what the cell may spend: its estimate, plus its share of a ceiling of the user's own
     estimate: str | None = None  # None: Quotes made before ceilings of one's own, whose total is the estimate
+    # Per part ("task": Environment, image and Verifier; "agent": the Agent's time and tokens), how many Tasks
+    # each source priced. None: Quotes made before the parts had sources of their own.
+    sources: dict[str, dict[str, int]] | None = None
 
     @property
     def estimated(self) -> Decimal:
@@ -179,6 +218,7 @@ class Quote:
     created_at: datetime
     expires_at: datetime
     cells: list[CellQuote]
+    continuation: bool = False  # reserved by `amber job continue` into the pool of a Job that has a Quote already
 
     @property
     def estimate(self) -> Decimal:
@@ -189,18 +229,20 @@ class Quote:
 # ---- what is known of the Tasks ----------------------------------------------------------------------------
 
 def task_facts(version: BenchmarkVersion) -> list[TaskFacts]:
-    """The Benchmark Version's Tasks as a Quote sees them: their time limits, and whether their images are built."""
+    """The Benchmark Version's Tasks as a Quote sees them: their time limits, whether their images are built,
+    and their content hashes."""
     from amber_pipeline.sandbox.environment import image_tag
 
     built = _local_images() if any(t.static is None for t in version.tasks) else None
     facts = []
     for task in version.tasks:
         if task.static is not None:
-            facts.append(TaskFacts(task.name, task.agent_timeout_sec, static=True))
+            facts.append(TaskFacts(task.name, task.agent_timeout_sec, static=True,
+                                   task_hash=version.task_hash(task)))
             continue
         tag = image_tag(version.task_path(task) / "environment", task.docker_image)
         facts.append(TaskFacts(task.name, task.agent_timeout_sec, task.verifier_timeout_sec, task.build_timeout_sec,
-                               image_built=built is not None and tag in built))
+                               image_built=built is not None and tag in built, task_hash=version.task_hash(task)))
     return facts
 
 
@@ -215,136 +257,135 @@ def _local_images() -> set[str] | None:
 
 # ---- estimates -----------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Used:
-    """What scored Trials used in all: how many, their metered tokens and their sandbox seconds."""
-
-    trials: int = 0
-    usage: Usage = Usage()
-    seconds: float = 0.0
-
-    def __add__(self, other: Used) -> Used:
-        return Used(self.trials + other.trials, self.usage + other.usage, self.seconds + other.seconds)
-
-    def mean_cost(self, mc: ModelConfiguration | None, prices: Prices, sandboxed: bool) -> Decimal:
-        """The mean cost of one of these Trials at today's prices."""
-        return prices.trial_cost(mc, self.usage, self.seconds if sandboxed else 0.0) / self.trials
-
-
-def _history(wh: Warehouse, workspace: str, cell_key: str) -> dict[str, Used]:
-    """Task -> what the cell's scored Trials of it used, in this Workspace."""
-    with wh.query(workspace, {"trials"}) as con:
-        rows = con.execute("select task_name, count(*), sum(input_tokens), sum(cached_input_tokens), "
-                           "sum(output_tokens), sum(duration_sec) from trials "
-                           "where cell_key = ? and outcome = 'scored' group by task_name", [cell_key]).fetchall()
-    return {task: Used(n, Usage(int(i), int(c), int(o)), float(sec)) for task, n, i, c, o, sec in rows}
-
-
 def limit_seconds(facts: TaskFacts) -> float:
-    """The sandbox time a validation Quote expects of one Trial of the Task: its own time limits."""
-    agent = facts.agent_timeout_sec if facts.agent_timeout_sec is not None else VALIDATION_AGENT_SEC
-    verifier = facts.verifier_timeout_sec if facts.verifier_timeout_sec is not None else VALIDATION_VERIFIER_SEC
-    return agent + verifier
+    """The sandbox time of one Trial of the Task at its declared limits: its agent and Verifier timeouts, and the
+    Environment's start-up allowance."""
+    return ENVIRONMENT_ALLOWANCE_SEC + facts.agent_limit_sec + facts.verifier_limit_sec
 
 
 def validation_stop_seconds(facts: TaskFacts) -> float:
-    """When a validation Trial of the Task is stopped: 1.5 times what its Quote expected, build included."""
-    build = 0.0 if facts.image_built else min(BUILD_PRIOR_SEC, facts.build_timeout_sec)
-    return VALIDATION_STOP * (limit_seconds(facts) + build)
+    """When a validation Trial of the Task is stopped: 1.5 times its declared limits, its image build included."""
+    return VALIDATION_STOP * (limit_seconds(facts) + (0.0 if facts.image_built else facts.build_timeout_sec))
 
 
-def _prior_cost(prior: Prior, facts: TaskFacts, mc: ModelConfiguration | None, prices: Prices) -> Decimal:
-    """One Trial of the Task on the prior: scaled down to the Task's agent timeout, sandbox time bounded by its
-    timeouts, cached input at the cached price."""
+@dataclass(frozen=True)
+class _Part:
+    """One part of one Trial's estimate: sandbox seconds and tokens, with headroom where it is an estimate."""
+
+    seconds: float
+    basis: str
+    usage: Usage = Usage()
+
+
+def _scaled(usage: Usage, by: float) -> Usage:
+    return Usage(round(usage.input_tokens * by), round(usage.cached_input_tokens * by),
+                 round(usage.output_tokens * by))
+
+
+def _task_part(facts: TaskFacts, known: history.TaskTimes | None) -> tuple[_Part | None, float]:
+    """The Task's part of one Trial (Environment and Verifier), and its image build (once), from its
+    history, else its declared limits; a static Task has none."""
+    if facts.static:
+        return None, 0.0
+    build = 0.0
+    if not facts.image_built:
+        build = known.build_sec * HEADROOM if known and known.builds else facts.build_timeout_sec
+    if known is None:
+        return _Part(ENVIRONMENT_ALLOWANCE_SEC + facts.verifier_limit_sec, DECLARED_LIMITS), build
+    return _Part((known.environment_sec + known.verifier_sec) * HEADROOM, TASK_HISTORY), build
+
+
+def _agent_part(facts: TaskFacts, used: dict[str | None, history.AgentUse], prior: Prior) -> _Part:
+    """The Agent's part of one Trial (its time and tokens): from the cell's history on the Task, else on other
+    Tasks (bounded by this one's agent timeout), else its prior, scaled down to the Task's agent timeout."""
+    on_task = used.get(facts.task_hash) if facts.task_hash else None
+    if on_task is not None:
+        usage, seconds = on_task.mean()
+        return _Part(seconds * HEADROOM, CELL_TASK_HISTORY, _scaled(usage, HEADROOM))
+    of_cell = sum(used.values(), history.AgentUse())
+    if of_cell.trials:
+        usage, seconds = of_cell.mean()
+        return _Part(min(seconds * HEADROOM, facts.agent_limit_sec), CELL_HISTORY, _scaled(usage, HEADROOM))
+    if prior.agent_sec is None:
+        return _Part(facts.agent_limit_sec, DECLARED_LIMITS, _scaled(Usage(prior.input_tokens,
+                     prior.cached_input_tokens, prior.output_tokens), HEADROOM))
     scale = 1.0
     if prior.reference_agent_sec and facts.agent_timeout_sec:
         scale = min(1.0, facts.agent_timeout_sec / prior.reference_agent_sec)
-    usage = Usage(round(prior.input_tokens * scale), round(prior.cached_input_tokens * scale),
-                  round(prior.output_tokens * scale))
-    seconds = 0.0 if facts.static else prior.sandbox_sec * scale
-    if facts.agent_timeout_sec is not None and facts.verifier_timeout_sec is not None:
-        seconds = min(seconds, facts.agent_timeout_sec + facts.verifier_timeout_sec)
-    return prices.trial_cost(mc, usage, seconds)
+    usage = Usage(prior.input_tokens, prior.cached_input_tokens, prior.output_tokens)
+    return _Part(min(prior.agent_sec * scale * HEADROOM, facts.agent_limit_sec), PRIOR,
+                 _scaled(usage, scale * HEADROOM))
 
 
 def estimate_tasks(wh: Warehouse, workspace: str, cell: Cell, tasks: Sequence[TaskFacts],
-                   prices: Prices = PRICES) -> list[TaskEstimate]:
-    """Each Task's expected cost per Trial in the cell (with headroom), from its own history, else the cell's,
-    else the Agent's prior; plus one image build where the image is not built yet."""
-    return _estimates(wh, workspace, cell, tasks, _history(wh, workspace, cell.key), prices)
-
-
-def _estimates(wh: Warehouse, workspace: str, cell: Cell, tasks: Sequence[TaskFacts], history: dict[str, Used],
-               prices: Prices, at_limits: bool = False) -> list[TaskEstimate]:
-    of_cell = sum(history.values(), Used())
-    prior, _ = prior_of(cell)
+                   prices: Prices = PRICES, *, at_limits: bool = False) -> list[TaskEstimate]:
+    """Each Task's expected cost per Trial in the cell and its image build where the image is not built yet:
+    from history where there is some, else priors and declared limits (see the module's docstring);
+    ``at_limits``: every Trial at its Task's declared limits, whatever is known (validation)."""
     sandboxed = not agent_spec(cell.agent).static
     mc = (model_configuration(cell.model_configuration, wh.paths, workspace)
           if cell.model_configuration != NO_MODEL else None)
+    if at_limits:
+        return [TaskEstimate(f.name, usd(prices.sandbox_cost(0.0 if f.static else limit_seconds(f))),
+                             usd(prices.sandbox_cost(0.0 if f.image_built or f.static else f.build_timeout_sec)),
+                             None if f.static else DECLARED_LIMITS, DECLARED_LIMITS) for f in tasks]
+    prior, _ = prior_of(cell)
+    with wh.read() as con:
+        times = history.task_times(con, workspace, [f.task_hash for f in tasks if f.task_hash and not f.static])
+        used = history.agent_use(con, workspace, cell.key)
     estimates = []
     for facts in tasks:
-        build = (prices.sandbox_cost(min(BUILD_PRIOR_SEC, facts.build_timeout_sec))
-                 if not (facts.image_built or facts.static) else Decimal(0))
-        if at_limits:  # a ceiling already: no headroom on top
-            estimates.append(TaskEstimate(facts.name, usd(prices.sandbox_cost(limit_seconds(facts))), usd(build),
-                                          "limits"))
-            continue
-        if facts.name in history:
-            mean, basis = history[facts.name].mean_cost(mc, prices, sandboxed and not facts.static), "task"
-        elif of_cell.trials:
-            mean, basis = of_cell.mean_cost(mc, prices, sandboxed and not facts.static), "cell"
-        else:
-            mean, basis = _prior_cost(prior, facts, mc, prices), "prior"
-        estimates.append(TaskEstimate(facts.name, usd(mean * HEADROOM), usd(build * HEADROOM), basis))
+        task, build = _task_part(facts, times.get(facts.task_hash) if facts.task_hash else None)
+        agent = _agent_part(facts, used, prior)
+        seconds = task.seconds + agent.seconds if sandboxed and task is not None else 0.0
+        estimates.append(TaskEstimate(facts.name, usd(prices.trial_cost(mc, agent.usage, seconds)),
+                                      usd(prices.sandbox_cost(build)), task.basis if task else None, agent.basis))
     return estimates
 
 
-def _describe(prior: Prior, name: str) -> str:
-    uses = []
-    if prior.input_tokens or prior.output_tokens:
-        uses.append(f"{prior.input_tokens:,} input ({prior.cached_input_tokens:,} cached) and "
-                    f"{prior.output_tokens:,} output tokens")
-    if prior.sandbox_sec:
-        uses.append(f"{prior.sandbox_sec:g} s of sandbox")
-    scaled = (f" on a {prior.reference_agent_sec:g} s Task, scaled down to each Task's agent timeout"
-              if prior.reference_agent_sec else "")
-    return f"{name}: {', '.join(uses) or 'nothing'} per Trial{scaled}"
+def _sources(estimates: Sequence[TaskEstimate]) -> dict[str, dict[str, int]]:
+    """Per part, how many Tasks each source priced."""
+    found = {"task": dict(Counter(e.task_basis for e in estimates if e.task_basis is not None)),
+             "agent": dict(Counter(e.agent_basis for e in estimates))}
+    return {part: counts for part, counts in found.items() if counts}
 
 
-def _basis(cell: Cell, estimates: Sequence[TaskEstimate], measured: int, bounded: bool) -> str:
-    """Which estimates the cell used, in one phrase."""
-    count = {b: sum(e.basis == b for e in estimates) for b in ("task", "cell", "prior", "limits")}
+def _basis(cell: Cell, estimates: Sequence[TaskEstimate]) -> str:
+    """Which sources the cell used for each part, in one phrase."""
+    sources = _sources(estimates)
+
+    def listed(counts: dict[str, int]) -> str:
+        named = {PRIOR: prior_of(cell)[1]}
+        return ", ".join(f"{named.get(source, source)} ({n} Task{'s' if n != 1 else ''})"
+                         for source, n in counts.items())
+
     parts = []
-    if count["limits"]:
-        parts.append("each Trial at its Task's time limits (agent and Verifier timeouts): nothing ran these "
-                     "Tasks yet")
-    if count["task"]:
-        parts.append(f"history of this cell: {count['task']} Tasks measured")
-    if count["cell"]:
-        parts.append(f"{count['cell']} Tasks at the cell's mean of {measured} Trials")
-    if count["prior"]:
-        parts.append(_describe(*prior_of(cell)) + (", bounded by the Task timeouts" if bounded else "")
-                     + (f" ({count['prior']} Tasks)" if count["task"] or count["cell"] else ""))
+    if "task" in sources:
+        parts.append(f"Environment and Verifier: {listed(sources['task'])}")
+    parts.append(f"Agent{' and tokens' if cell.model_configuration != NO_MODEL else ''}: "
+                 f"{listed(sources['agent'])}")
     builds = sum(e.build > 0 for e in estimates)
     if builds:
-        parts.append(f"{builds} image builds of {BUILD_PRIOR_SEC:g} s at most")
+        parts.append(f"{builds} image build{'s' if builds != 1 else ''}")
     return "; ".join(parts)
 
 
-def estimate_cell(wh: Warehouse, workspace: str, cell: Cell, tasks: int | Sequence[TaskFacts], trials_per_task: int,
+def estimate_cell(wh: Warehouse, workspace: str, cell: Cell, tasks: Sequence[TaskFacts], trials_per_task: int,
                   prices: Prices = PRICES, *, at_limits: bool = False) -> CellQuote:
-    """The cell's estimate over its Tasks (`task_facts`), or over ``tasks`` Tasks nothing is known of;
-    ``at_limits``: each Trial at its Task's time limits (validation)."""
-    facts = [TaskFacts("")] * tasks if isinstance(tasks, int) else list(tasks)
-    history = _history(wh, workspace, cell.key)
-    estimates = _estimates(wh, workspace, cell, facts, history, prices, at_limits)
-    total = sum((e.cost(trials_per_task) for e in estimates), Decimal(0))
-    n_trials = len(facts) * trials_per_task
+    """The cell's estimate over its Tasks (`task_facts`); ``at_limits``: each Trial at its Task's declared
+    limits (validation)."""
+    estimates = estimate_tasks(wh, workspace, cell, tasks, prices, at_limits=at_limits)
+    return cell_quote(cell, estimates, {e.task: trials_per_task for e in estimates}, trials_per_task)
+
+
+def cell_quote(cell: Cell, estimates: Sequence[TaskEstimate], trials: dict[str, int],
+               trials_per_task: int) -> CellQuote:
+    """A cell's part of a Quote: ``trials`` Trials of each estimated Task."""
+    total = sum((e.cost(trials[e.task]) for e in estimates), Decimal(0))
+    n_trials = sum(trials.values())
     per_trial = usd(total / n_trials) if n_trials else Decimal(0)
-    measured = sum(used.trials for used in history.values())
-    bounded = any(f.agent_timeout_sec is not None and f.verifier_timeout_sec is not None for f in facts)
-    basis = _basis(cell, estimates, measured, bounded)
-    return CellQuote(cell.key, cell.label, len(facts), trials_per_task, str(per_trial), basis, str(total), str(total))
+    return CellQuote(cell.key, cell.label, len(estimates), trials_per_task, str(per_trial), _basis(cell, estimates),
+                     str(total), str(total), _sources(estimates))
 
 
 # ---- a ceiling of one's own, and the reservation -------------------------------------------------------------
@@ -366,8 +407,8 @@ def with_ceiling(cells: list[CellQuote], ceiling: float | Decimal | None) -> lis
     shares = [(extra * w / sum(weights)).quantize(MICRO, rounding=ROUND_DOWN) for w in weights]
     largest = max(range(len(cells)), key=lambda i: weights[i])
     shares[largest] += extra - sum(shares)
-    return [CellQuote(c.cell_key, c.label, c.n_tasks, c.trials_per_task, c.cost_per_trial, c.basis,
-                      str(c.estimated + share), str(c.estimated)) for c, share in zip(cells, shares, strict=True)]
+    return [replace(c, total=str(c.estimated + share), estimate=str(c.estimated))
+            for c, share in zip(cells, shares, strict=True)]
 
 
 def reserve(con: Connection, workspace: str, job_id: str, benchmark_label: str,
@@ -382,28 +423,47 @@ def reserve(con: Connection, workspace: str, job_id: str, benchmark_label: str,
             raise AmberError(f"Workspace {workspace} has {show(available)} available but your ceiling asks for "
                              f"{show(amount)}: lower --ceiling to at most {show(available)} or ask Amber staff "
                              "for a Credit.")
-    quote = Quote(f"quote-{uuid.uuid4().hex[:10]}", workspace, job_id, benchmark_label, amount, now,
-                  now + LIFETIME, cells)
-    con.execute("insert into quotes values (?, ?, ?, ?, ?, ?, ?)",
-                [quote.id, workspace, job_id, amount, now, quote.expires_at, json.dumps([asdict(c) for c in cells])])
-    wallet.reserve(con, workspace, quote.id, job_id, amount, now)
+    return _record(con, Quote(new_quote_id(), workspace, job_id, benchmark_label, amount, now, now + LIFETIME,
+                              cells))
+
+
+def new_quote_id() -> str:
+    return f"quote-{uuid.uuid4().hex[:10]}"
+
+
+def continuation(con: Connection, workspace: str, job_id: str, benchmark_label: str, cells: list[CellQuote],
+                 amount: Decimal, now: datetime, quote_id: str | None = None) -> Quote:
+    """Record a Quote that continues a Job (`amber job continue`: its ``cells`` price the missing Trials) and
+    reserve ``amount`` into the Job's pool inside the caller's catalog transaction, or refuse it. It is spent
+    at once, so it never expires."""
+    return _record(con, Quote(quote_id or new_quote_id(), workspace, job_id, benchmark_label, amount, now, now,
+                              cells, continuation=True))
+
+
+def _record(con: Connection, quote: Quote) -> Quote:
+    con.execute("insert into quotes (id, workspace, job_id, amount, created_at, expires_at, detail, continuation) "
+                "values (?, ?, ?, ?, ?, ?, ?, ?)",
+                [quote.id, quote.workspace, quote.job_id, quote.amount, quote.created_at, quote.expires_at,
+                 json.dumps([asdict(c) for c in quote.cells]), quote.continuation])
+    wallet.reserve(con, quote.workspace, quote.id, quote.job_id, quote.amount, quote.created_at)
     return quote
 
 
 def get(wh: Warehouse, workspace: str, quote_or_job_id: str) -> Quote:
-    """A Quote of the Workspace, by its id or its Job's."""
+    """A Quote of the Workspace, by its id, or its Job's (the one that started the Job)."""
     with wh.read() as con:
-        row = con.execute("""select q.id, q.workspace, q.job_id, b.label, q.amount, q.created_at, q.expires_at, q.detail
+        row = con.execute("""select q.id, q.workspace, q.job_id, b.label, q.amount, q.created_at, q.expires_at,
+                                    q.detail, coalesce(q.continuation, false)
                              from quotes q join jobs j on j.id = q.job_id
                              join benchmark_versions b on b.id = j.benchmark_version_id and b.owner = j.benchmark_owner
-                             where q.workspace = ? and (q.id = ? or q.job_id = ?)""",
+                             where q.workspace = ? and (q.id = ? or (q.job_id = ? and q.id = j.quote_id))""",
                           [workspace, quote_or_job_id, quote_or_job_id]).fetchone()
     if row is None:
         raise NotFound(f"No Quote {quote_or_job_id} in Workspace {workspace}: "
                        "make one with `amber job quote`.")
-    quote_id, ws, job_id, label, amount, created_at, expires_at, detail = row
+    quote_id, ws, job_id, label, amount, created_at, expires_at, detail, continues = row
     return Quote(quote_id, ws, job_id, label, amount, created_at, expires_at,
-                 [CellQuote(**c) for c in json.loads(detail)])
+                 [CellQuote(**c) for c in json.loads(detail)], continues)
 
 
 def due(wh: Warehouse, now: datetime) -> list[str]:
@@ -427,6 +487,7 @@ class MissingCell:
     cell_key: str
     route: str  # Agent, or Agent/Model Configuration: as the report names the cell
     tasks: list[MissingTask]
+    quote: CellQuote  # the cell's part of a Quote for them: what `amber job continue` reserves
 
     @property
     def cost_usd(self) -> Decimal:
@@ -459,6 +520,6 @@ def to_finish(wh: Warehouse, workspace: str, job_id: str, version_id: str, cells
         route = cell.agent if cell.model_configuration == NO_MODEL else f"{cell.agent}/{cell.model_name}"
         left = {e.task: trials_per_task - scored.get((cell.key, e.task), 0) for e in estimates}
         found.append(MissingCell(job_cell.cell_key, route,
-                                 [MissingTask(e.task, left[e.task], e.cost(left[e.task])) for e in estimates]))
+                                 [MissingTask(e.task, left[e.task], e.cost(left[e.task])) for e in estimates],
+                                 cell_quote(cell, estimates, left, trials_per_task)))
     return found
-

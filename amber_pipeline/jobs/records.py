@@ -76,13 +76,15 @@ class CellLaunch:
     cell_name: str  # the cell's name, its partition key in Dagster
     pool: str | None = None  # the engine pool it was placed on (`placement.py`)
     moves: int = 0  # times an engine that stopped answering handed it back
+    rounds: int = 0  # times `amber job continue` ran the cell again
 
     @property
     def run_key(self) -> str:
-        """One run per Job and cell, and per placement: a replayed request never starts a second, and a cell
-        handed back by a dead engine gets a new one."""
+        """One run per Job and cell, per placement and per round: a replayed request never starts a second, and
+        a cell handed back by a dead engine, or run again by `amber job continue`, gets a new one."""
         placed = f":{self.moves}" if self.moves else ""
-        return f"{self.job_id}:{cell_file_id(self.cell_key)}{placed}"
+        again = f":r{self.rounds}" if self.rounds else ""
+        return f"{self.job_id}:{cell_file_id(self.cell_key)}{placed}{again}"
 
 
 _JOB_SELECT = """select j.id, j.seq, j.workspace, j.benchmark_version_id, j.benchmark_owner, b.label,
@@ -160,10 +162,10 @@ def unstarted_claims(wh: Warehouse, older_than: timedelta) -> list[CellLaunch]:
 
 def _launches(con: Connection, rows: list[tuple]) -> list[CellLaunch]:
     names = cell_names.of(con, [key for _, key in rows])
-    placed = {(job, key): (pool, moves or 0) for job, key, pool, moves in con.execute(
-        "select job_id, cell_key, engine_pool, moves from job_cells where job_id in (select unnest(?))",
+    placed = {(job, key): (pool, moves or 0, rounds or 0) for job, key, pool, moves, rounds in con.execute(
+        "select job_id, cell_key, engine_pool, moves, rounds from job_cells where job_id in (select unnest(?))",
         [sorted({job for job, _ in rows})]).fetchall()} if rows else {}
-    return sorted((CellLaunch(job_id, key, names[key], *placed.get((job_id, key), (None, 0)))
+    return sorted((CellLaunch(job_id, key, names[key], *placed.get((job_id, key), (None, 0, 0)))
                    for job_id, key in rows), key=lambda c: (c.job_id, c.cell_name))
 
 

@@ -66,7 +66,7 @@ def end_dead_cell(wh: Warehouse, job_id: str, cell_key: str, reason: str) -> str
         return None
     _, owed, version_id, pool = row
     _remove_sandboxes(wh, job_id, cell_key, pool)
-    stored = settle_rows(wh, job_id, cell_key)
+    stored = len(settle_rows(wh, job_id, cell_key))
     try:
         wh.store.put_folder(records.run_dir(wh, job_id, cell_key))  # the Trial folders it left, as a run sends them
         store.write_version(wh, version_id, records.cells_of_version(wh, version_id))
@@ -81,17 +81,17 @@ def end_dead_cell(wh: Warehouse, job_id: str, cell_key: str, reason: str) -> str
     return status
 
 
-def settle_rows(wh: Warehouse, job_id: str, cell_key: str) -> int:
+def settle_rows(wh: Warehouse, job_id: str, cell_key: str) -> list[TrialRecord]:
     """Charge the cell's stored scored Trials not yet charged and make each row show its ledger charge; the
-    number of Trials stored."""
+    rows stored."""
     path = wh.trials_file(cell_file_id(cell_key), job_id)
     stored = wh.read_parquet(path)
     if stored is None:
-        return 0
+        return []
     rows = [TrialRecord(**r) for r in stored.to_pylist()]
     if lifecycle.charge_records(wh, job_id, rows):
         wh.write_parquet(trials_table(rows), path)
-    return len(rows)
+    return rows
 
 
 def _remove_sandboxes(wh: Warehouse, job_id: str, cell_key: str, pool: str | None) -> None:

@@ -9,8 +9,8 @@ transaction per Trial would cost more than the Trial.
 
 The rules are the container path's: every call goes through the proxy with
 the attempt's own token and is metered there; Provider signals make the
-attempt Errored and it is retried up to twice more; a call past the cell's
-share of the Quote is refused and no new Trial starts.
+attempt Errored and it is retried up to twice more; a call past what is left
+of the Job's pool is refused and no new Trial starts.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def run_static_cell(run: CellRun, *, on_batch: Callable[[list[TrialRecord]], Non
     """Run the cell's static Trials; each finished batch goes to ``on_batch`` (in order, one at a time)."""
     mc = model_configuration(run.cell.model_configuration, run.paths, run.workspace)
     instructions = {t.name: static.turns(t.instruction)[0] for t in run.benchmark.tasks}  # what a replay matches
-    with cell_models(mc, instructions, Budget(run.budget, run.prices, mc), run.allowed_providers) as models:
+    with cell_models(mc, instructions, Budget(run.pool, run.prices, mc), run.allowed_providers) as models:
         runner = _StaticRunner(run, models, on_batch, keep_going or (lambda: True))
         return asyncio.run(runner.run_all(concurrency), loop_factory=uvloop.new_event_loop)
 
@@ -68,8 +68,7 @@ class _StaticRunner:
             gate = asyncio.Semaphore(concurrency)
             watcher = asyncio.ensure_future(self._watch())
             try:
-                await asyncio.gather(*(self._one(client, gate, t, a) for a in range(1, self.run.trials_per_task + 1)
-                                       for t in self.run.benchmark.tasks))
+                await asyncio.gather(*(self._one(client, gate, t, a) for t, a in self.run.todo()))
             finally:
                 watcher.cancel()
             await self._flush(force=True)

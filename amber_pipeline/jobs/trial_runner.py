@@ -13,11 +13,12 @@ each Trial attempt gets its own token (the Agent's "API key"), the proxy pins
 the calls to the cell's Model Configuration and meters them, and the Trial is
 charged what the proxy metered, not what the Agent says it used (both are
 kept). Provider signals the proxy raised make the attempt Errored. A call
-that would pass the cell's share of the Quote is refused, which stops the Job
-at its ceiling.
+that would pass what is left of the Job's pool is refused, which stops the
+Job at its ceiling.
 
 Trial folders are named `<task>__<attempt>` so a cell run that crashed and
-is run again replaces its Trials instead of adding to them.
+is resumed replaces the Trials it runs again instead of adding to them; the
+Trials an earlier run stored scored (`CellRun.done`) are not run again.
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ import contextlib
 import hashlib
 import shutil
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from amber_pipeline.agents.catalog import AgentSpec, agent_spec
 from amber_pipeline.agents.connection import harbor_agent
@@ -38,7 +40,7 @@ from amber_pipeline.benchmarks.tasks import TaskSpec
 from amber_pipeline.benchmarks.versions import BenchmarkVersion
 from amber_pipeline.cells import Cell
 from amber_pipeline.jobs import outcomes, placement
-from amber_pipeline.jobs.budget import Budget
+from amber_pipeline.jobs.budget import Budget, Pool
 from amber_pipeline.jobs.cell_models import CellModels, TranscriptCall, cell_models
 from amber_pipeline.models.configurations import model_configuration
 from amber_pipeline.models.endpoint import offline_litellm
@@ -50,6 +52,9 @@ from amber_pipeline.sandbox.egress import EgressProxy
 from amber_pipeline.sandbox.engines import Engine
 from amber_pipeline.sandbox.network import SandboxNetwork
 from amber_pipeline.warehouse.schemas import TrialRecord, trial_key
+
+if TYPE_CHECKING:
+    from harbor.models.trial.result import TimingInfo, TrialResult
 
 DEFAULT_CONCURRENCY = 2
 WATCH_INTERVAL_SEC = 1.0
@@ -67,17 +72,25 @@ class CellRun:
     workspace: str
     private: bool = False  # a Workspace's own Benchmark: Task failures are Reward 0, not Errored
     prices: Prices = PRICES
-    budget: Decimal | None = None  # the cell's share of the Quote: model calls past it are refused
+    pool: Pool | None = None  # what is left of the Job's pool: model calls past it are refused
     allowed_providers: frozenset[str] | None = None  # a private Benchmark's Provider policy
     paths: AmberPaths | None = None  # where the Workspace's own Model Configurations live
     time_limits: Mapping[str, float] | None = None  # per Task, seconds a Trial may run before it is stopped
     engine_pool: str | None = None  # the engine pool it was placed on (`placement.py`); None: the local engine
+    # (Task, attempt) of the Trials an earlier run of this cell in this Job stored scored: a run that resumes after
+    # a crash, or goes on after `amber job continue`, keeps them and runs the others.
+    done: frozenset[tuple[str, int]] = frozenset()
+
+    def todo(self) -> list[tuple[TaskSpec, int]]:
+        """The Trials this run owes, in the order they are asked for: attempt by attempt, Task by Task."""
+        return [(t, a) for a in range(1, self.trials_per_task + 1) for t in self.benchmark.tasks
+                if (t.name, a) not in self.done]
 
     def trial_record(self, task: TaskSpec, attempt: int, retry: int, outcome: outcomes.Outcome, *,
                      agent_version: str, model_configuration: str, usage: Usage, model_calls: int, cost: Decimal,
                      started: datetime, finished: datetime, trial_dir: str = "", image_id: str | None = None,
                      reported: tuple[int | None, int | None, float | None] = (None, None, None),
-                     detail: str | None = None) -> TrialRecord:
+                     detail: str | None = None, phases: Phases | None = None) -> TrialRecord:
         """One Trial's row, whichever way it ran. Its tokens are what the model proxy metered; its cost is what
         the Wallet is charged, so 0 unless it scored; the Agent's own count (``reported``) goes beside."""
         return TrialRecord(
@@ -91,7 +104,33 @@ class CellRun:
             started_at=started, finished_at=finished, duration_sec=(finished - started).total_seconds(),
             image_id=image_id, trial_dir=trial_dir, cached_input_tokens=usage.cached_input_tokens,
             model_calls=model_calls, agent_input_tokens=reported[0], agent_output_tokens=reported[1],
-            agent_cost_usd=reported[2])
+            agent_cost_usd=reported[2], task_hash=self.benchmark.task_hash(task),
+            **(asdict(phases) if phases is not None else {}))
+
+
+@dataclass(frozen=True)
+class Phases:
+    """Where a sandboxed Trial's time went (`TrialRecord`): the parts a Quote prices from the Task's history
+    (image, environment, Verifier) and from the cell's (the Agent)."""
+
+    image_sec: float
+    environment_sec: float
+    agent_sec: float
+    verifier_sec: float
+
+    @classmethod
+    def of(cls, result: TrialResult, image_sec: float, duration_sec: float) -> Phases:
+        """From Harbor's phase timings and the sandbox's image time; the environment has the rest, so the four
+        sum to the Trial's duration."""
+        def span(timing: TimingInfo | None) -> float:
+            if timing is None or timing.started_at is None or timing.finished_at is None:
+                return 0.0
+            return max((timing.finished_at - timing.started_at).total_seconds(), 0.0)
+
+        agent = span(result.agent_setup) + span(result.agent_execution)
+        verifier = span(result.verifier)
+        image = min(image_sec, max(duration_sec - agent - verifier, 0.0))
+        return cls(image, max(duration_sec - image - agent - verifier, 0.0), agent, verifier)
 
 
 class TrialTimeLimitError(Exception):
@@ -146,7 +185,7 @@ def run_cell(run: CellRun, *, concurrency: int = DEFAULT_CONCURRENCY,
         models = None
         if mc is not None:
             models = stack.enter_context(cell_models(mc, {t.name: t.instruction for t in run.benchmark.tasks},
-                                                     Budget(run.budget, run.prices, mc), run.allowed_providers,
+                                                     Budget(run.pool, run.prices, mc), run.allowed_providers,
                                                      hosts))
             if sandboxes.gateway is not None and agent.software is not None:
                 sandboxes.reach(models.proxy.port(sandboxes.gateway), net)
@@ -212,8 +251,7 @@ class _CellRunner:
 
     async def run_all(self, concurrency: int) -> list[TrialRecord]:
         gate = asyncio.Semaphore(concurrency)
-        work = [asyncio.ensure_future(self._one(gate, t, a))
-                for a in range(1, self.run.trials_per_task + 1) for t in self.run.benchmark.tasks]
+        work = [asyncio.ensure_future(self._one(gate, t, a)) for t, a in self.run.todo()]
         watcher = asyncio.ensure_future(self._watch(work))
         try:
             done = await asyncio.gather(*work)
@@ -280,6 +318,7 @@ class _CellRunner:
         started = datetime.now(UTC)
         reported: tuple[int | None, int | None, float | None] = (None, None, None)
         image_id = None
+        phases = None
         try:
             trial = await Trial.create(config)
             limit = run.time_limits.get(task.name) if run.time_limits else None
@@ -296,6 +335,8 @@ class _CellRunner:
                 reported = (a.n_input_tokens, a.n_output_tokens, a.cost_usd)
             started = result.started_at or started
             finished = result.finished_at or datetime.now(UTC)
+            phases = Phases.of(result, getattr(trial.agent_environment, "image_sec", 0.0),
+                               (finished - started).total_seconds())
         except asyncio.CancelledError as exc:  # the Job stopped while this Trial ran
             outcome = outcomes.from_exception(exc, private=run.private)
             finished = datetime.now(UTC)
@@ -308,5 +349,5 @@ class _CellRunner:
             model_configuration=mc.name if mc else run.cell.model_configuration, usage=usage,
             model_calls=len(grant.calls) if grant else 0,
             cost=run.prices.trial_cost(mc, usage, (finished - started).total_seconds()), started=started,
-            finished=finished, trial_dir=str(trial_dir), image_id=image_id, reported=reported)
+            finished=finished, trial_dir=str(trial_dir), image_id=image_id, reported=reported, phases=phases)
         return record, outcome.retry

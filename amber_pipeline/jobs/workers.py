@@ -17,7 +17,12 @@ from pathlib import Path
 
 def this_process() -> str:
     """``host/pid/start``: the worker identity of the calling process."""
-    return f"{socket.gethostname()}/{os.getpid()}/{_started(os.getpid())}"
+    return of_process(os.getpid())
+
+
+def of_process(pid: int) -> str:
+    """``host/pid/start``: the worker identity of a process of this host (that runs now)."""
+    return f"{socket.gethostname()}/{pid}/{_started(pid)}"
 
 
 def is_dead(worker: str | None) -> bool:

@@ -3,9 +3,13 @@
 Four kinds of entry, all with non-negative amounts:
 - credit: money staff add by hand, with a reason (balance goes up);
 - reservation: a Quote's amount set aside for its Job (the Job's ceiling);
-- charge: what one Trial attempt cost, drawn from its Quote's reservation;
-- refund: the unspent rest of a reservation, released when its Job ends or
-  its Quote expires (Amber's "release" is a refund entry).
+- charge: what one Trial attempt cost, drawn from its Job's reservations;
+- refund: the unspent rest of a Job's reservations, released when the Job
+  ends or its Quote expires (Amber's "release" is a refund entry).
+
+A Job's reservations are one pool, its spending ceiling: its Quote's, and
+those of the Quotes that continue it past a ceiling (`amber job continue`).
+A charge draws on the pool, whichever cell it is for, and never past it.
 
     balance   = credits - charges
     reserved  = reservations - charges - refunds
@@ -76,14 +80,27 @@ def entries(con: Connection, workspace: str) -> list[Entry]:
     return [Entry(*r) for r in rows]
 
 
-def quote_remaining(con: Connection, quote_id: str) -> Decimal:
-    """What is left of a Quote's reservation: reserved - charged - refunded."""
-    _, reservation, charge, refund = _sums(con, "quote_id = ?", [quote_id])
+def job_remaining(con: Connection, job_id: str) -> Decimal:
+    """What is left of a Job's pool: reserved - charged - refunded over all its Quotes."""
+    reservation, charge, refund = job_totals(con, job_id)
     return reservation - charge - refund
 
 
+def latest_quote(con: Connection, job_id: str) -> str | None:
+    """The Quote whose reservation a Job made last: its charges and its next refund name it."""
+    row = con.execute("select quote_id from ledger where job_id = ? and kind = 'reservation' order by seq desc "
+                      "limit 1", [job_id]).fetchone()
+    return row[0] if row else None
+
+
+def job_totals(con: Connection, job_id: str) -> tuple[Decimal, Decimal, Decimal]:
+    """(reserved, charged, refunded) of one Job, over all its Quotes."""
+    _, reservation, charge, refund = _sums(con, "job_id = ?", [job_id])
+    return reservation, charge, refund
+
+
 def quote_totals(con: Connection, quote_id: str) -> tuple[Decimal, Decimal, Decimal]:
-    """(reserved, charged, refunded) of one Quote."""
+    """(reserved, charged, refunded) of the entries that name one Quote (a Job's charges name its latest)."""
     _, reservation, charge, refund = _sums(con, "quote_id = ?", [quote_id])
     return reservation, charge, refund
 
@@ -135,18 +152,19 @@ class Charge:
 
 def charge(con: Connection, workspace: str, quote_id: str, job_id: str, trial_key: str,
            cost: Decimal) -> Charge:
-    """Charge one Trial attempt, once, and never past its Quote: the Job's ceiling."""
+    """Charge one Trial attempt, once, and never past its Job's pool: the Job's ceiling."""
     return charge_many(con, workspace, quote_id, job_id, [(trial_key, cost)])[0]
 
 
 def charge_many(con: Connection, workspace: str, quote_id: str, job_id: str,
                 costs: list[tuple[str, Decimal]]) -> list[Charge]:
-    """Charge Trial attempts (key, cost) in order, each once, and never past the Quote: the Job's ceiling.
+    """Charge Trial attempts (key, cost) in order, each once, and never past the Job's pool: its ceiling. The
+    entries name ``quote_id``, the Job's latest Quote.
 
-    One read of the Quote's remainder and of earlier charges, then one insert, so a batch of a thousand
+    One read of the pool's remainder and of earlier charges, then one insert, so a batch of a thousand
     static Trials costs one round trip, not a thousand."""
     lock_workspace(con, workspace)
-    remaining = quote_remaining(con, quote_id)
+    remaining = job_remaining(con, job_id)
     keys = [f"charge:{key}" for key, _ in costs]
     earlier = dict(con.execute("select entry_key, amount from ledger where entry_key in (select unnest(?))",
                                [keys]).fetchall()) if keys else {}
@@ -175,9 +193,10 @@ def charge_many(con: Connection, workspace: str, quote_id: str, job_id: str,
 
 
 def release(con: Connection, workspace: str, quote_id: str, job_id: str, reason: str) -> Decimal:
-    """Refund what is left of a Quote's reservation, once."""
+    """Refund what is left of a Job's pool, once per ``quote_id`` (the Job's latest Quote: a Job continued
+    past its end is refunded again when it ends again)."""
     lock_workspace(con, workspace)
-    left = quote_remaining(con, quote_id)
+    left = job_remaining(con, job_id)
     if left <= 0:
         return Decimal(0)
     _append(con, workspace=workspace, kind="refund", amount=left, reason=reason, quote_id=quote_id,

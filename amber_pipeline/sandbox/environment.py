@@ -157,6 +157,10 @@ class AmberSandbox(BaseEnvironment):
         self._stopped = threading.Event()
         self._lifecycle = threading.Lock()
         self.image_id: str | None = None
+        # Seconds this sandbox spent getting its image ready: building it (and an installed Agent's layer), or
+        # waiting for another Trial's build of it; milliseconds when it was built already. The Trial's row keeps
+        # it apart from the rest of the environment's time, since a Quote adds a build only where none was made.
+        self.image_sec = 0.0
         super().__init__(*args, **kwargs)
 
     @staticmethod
@@ -194,9 +198,11 @@ class AmberSandbox(BaseEnvironment):
 
     def _start(self, force_build: bool) -> None:
         tag = image_tag(self.environment_dir, self.task_env_config.docker_image)
+        began = time.perf_counter()
         self.image_id = self._ensure_image(tag, force_build)
         if self._agent_software:
             self.image_id = agent_image.agent_layer(self._client, self.image_id, self._agent_software)
+        self.image_sec = time.perf_counter() - began
         cfg = self.task_env_config
         limits: dict = {}
         if cfg.cpus:

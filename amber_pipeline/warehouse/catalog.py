@@ -87,11 +87,20 @@ alter table job_cells add column if not exists launched_at timestamptz;
 alter table job_cells add column if not exists worker varchar;  -- host/pid/start of its run (jobs/workers.py)
 alter table job_cells add column if not exists engine_pool varchar;  -- where its run goes (jobs/placement.py)
 alter table job_cells add column if not exists moves integer default 0;  -- times an engine that died handed it back
+alter table job_cells add column if not exists rounds integer default 0;  -- times `amber job continue` ran it again
 create table if not exists cell_names (cell_key varchar primary key, name varchar not null unique);
 create table if not exists quotes (
     id varchar primary key, workspace varchar not null, job_id varchar not null,
     amount decimal(18, 6) not null, created_at timestamptz not null, expires_at timestamptz not null,
     detail json not null);
+alter table quotes add column if not exists continuation boolean default false;  -- made by `amber job continue`
+-- What each scored Trial attempt used, by part: the history Quotes are priced from (`jobs/history.py`).
+create table if not exists trial_usage (
+    trial_key varchar primary key, scope varchar not null, workspace varchar not null, task_hash varchar,
+    agent_model varchar not null, image_sec double precision, environment_sec double precision,
+    agent_sec double precision, verifier_sec double precision, duration_sec double precision not null,
+    input_tokens bigint not null, cached_input_tokens bigint not null, output_tokens bigint not null,
+    recorded_at timestamptz not null);
 create table if not exists transcript_expiries (
     trial_dir varchar not null, finished_at timestamptz not null, expired_at timestamptz not null,
     bytes_freed bigint not null);

@@ -13,7 +13,8 @@ from pydantic import BaseModel
 
 from amber_pipeline.cells import cell_file_id
 
-SCHEMA_VERSION = 3  # 3: metered cached input and model calls, the Agent's own report beside them
+SCHEMA_VERSION = 4  # 3: metered cached input and model calls, the Agent's own report beside them; 4: the Task's
+# content hash and where a sandboxed Trial's time went
 
 
 class TrialRecord(BaseModel):
@@ -51,6 +52,15 @@ class TrialRecord(BaseModel):
     agent_input_tokens: int | None = None
     agent_output_tokens: int | None = None
     agent_cost_usd: float | None = None
+    # The Task's content hash (`BenchmarkVersion.task_hash`: the same Task in any Version), and where a sandboxed
+    # Trial's duration went, from Harbor's phase timings: its image (built, or waited for), the Agent (setup and
+    # run), the Verifier, and the rest of the Environment's life (start, copies, stop). The four sum to
+    # duration_sec. None where unknown: a static Trial, a Trial that failed before Harbor timed it, older rows.
+    task_hash: str | None = None
+    image_sec: float | None = None
+    environment_sec: float | None = None
+    agent_sec: float | None = None
+    verifier_sec: float | None = None
 
     @property
     def key(self) -> str:
@@ -93,6 +103,11 @@ TRIAL_SCHEMA = pa.schema([
     ("agent_input_tokens", pa.int64()),
     ("agent_output_tokens", pa.int64()),
     ("agent_cost_usd", pa.float64()),
+    ("task_hash", pa.string()),
+    ("image_sec", pa.float64()),
+    ("environment_sec", pa.float64()),
+    ("agent_sec", pa.float64()),
+    ("verifier_sec", pa.float64()),
 ])
 
 # One model call of a Trial as the model proxy saw it: the pinned request and the response (no headers, no key).

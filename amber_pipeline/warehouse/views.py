@@ -83,13 +83,14 @@ DERIVED_VIEWS = (
         select workspace, source, agent, model, task_name, trial_name, attempt, outcome, cause
         from (select * from imported_trials union all by name select * from amber_evidence)
         where outcome <> 'passed'"""),
-    DerivedView("job_spending", ("jobs", "quotes", "ledger"), """
-        select j.id as job_id, j.workspace, j.status, q.id as quote_id,
+    DerivedView("job_spending", ("jobs", "ledger"), """
+        select j.id as job_id, j.workspace, j.status, j.quote_id,
                coalesce(sum(l.amount) filter (where l.kind = 'reservation'), 0) as reserved,
                coalesce(sum(l.amount) filter (where l.kind = 'charge'), 0) as charged,
                coalesce(sum(l.amount) filter (where l.kind = 'refund'), 0) as refunded,
                reserved = charged + refunded as settled
-        from jobs j join quotes q on q.job_id = j.id left join ledger l on l.quote_id = q.id
+        from jobs j left join ledger l on l.job_id = j.id
+        where j.quote_id is not null
         group by all"""),
     DerivedView("cell_results", ("cell_aggregates", "benchmark_versions"), """
         select a.workspace, b.label as benchmark, a.agent, a.model_configuration, a.n_tasks, a.n_trials,
@@ -155,7 +156,7 @@ def _catalog_select(name: str, workspace: str | None) -> str:
     # sequences, and not the catalog's own bookkeeping columns.
     source = {"ledger": "workspace_ledger", "jobs": "workspace_jobs"}.get(name, name)
     columns = {"workspaces": "* exclude (case_clash)",
-               "job_cells": "* exclude (worker, engine_pool, moves)"}.get(name, "*")
+               "job_cells": "* exclude (worker, engine_pool, moves, rounds)"}.get(name, "*")
     return f"select {columns} from {CATALOG}.main.{source} where {where}"
 
 
