@@ -144,6 +144,9 @@ PAIR_PRIORS = {("terminus-2", "replay-strong"): Prior(4_500, 240, 3.2, cached_in
     (agent, replay): prior for agent, prior in _INSTALLED_REPLAY.items() for replay in ("replay-strong", "replay-weak")}
 
 
+AT_LIMITS = Prior(0, 0, None)  # what validation prices its Trials from: nothing but the Task's own limits
+
+
 def prior_of(cell: Cell) -> tuple[Prior, str]:
     """The prior a cell never run is quoted on, and how to name it: its pair's measured one, else its Agent's."""
     model = model_name(cell.model_configuration)
@@ -325,14 +328,14 @@ def estimate_tasks(wh: Warehouse, workspace: str, cell: Cell, tasks: Sequence[Ta
     sandboxed = not agent_spec(cell.agent).static
     mc = (model_configuration(cell.model_configuration, wh.paths, workspace)
           if cell.model_configuration != NO_MODEL else None)
-    if at_limits:
-        return [TaskEstimate(f.name, usd(prices.sandbox_cost(0.0 if f.static else limit_seconds(f))),
-                             usd(prices.sandbox_cost(0.0 if f.image_built or f.static else f.build_timeout_sec)),
-                             None if f.static else DECLARED_LIMITS, DECLARED_LIMITS) for f in tasks]
-    prior, _ = prior_of(cell)
-    with wh.read() as con:
-        times = history.task_times(con, workspace, [f.task_hash for f in tasks if f.task_hash and not f.static])
-        used = history.agent_use(con, workspace, cell.key)
+    times: dict[str, history.TaskTimes] = {}
+    used: dict[str | None, history.AgentUse] = {}
+    prior = AT_LIMITS
+    if not at_limits:
+        prior, _ = prior_of(cell)
+        with wh.read() as con:
+            times = history.task_times(con, workspace, [f.task_hash for f in tasks if f.task_hash and not f.static])
+            used = history.agent_use(con, workspace, cell.key)
     estimates = []
     for facts in tasks:
         task, build = _task_part(facts, times.get(facts.task_hash) if facts.task_hash else None)

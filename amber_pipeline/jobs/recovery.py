@@ -1,11 +1,14 @@
-"""Crash recovery: a cell whose run died is ended, so its Job settles and nothing is charged twice.
+"""Crash recovery: a cell whose run died for good is ended, so its Job settles and nothing is charged twice.
 
 A cell run can die anywhere: killed, out of memory, its engine restarted.
-Its cell then stays `running`, its Job never ends, its reservation is never
-refunded and its sandboxes keep running. Whoever notices the death (the
-Dagster sensor that watches cell runs, or any command on this machine that
-sees the run's process gone: `workers.py`) calls :func:`end_dead_cell`,
-which finishes what the run would have done:
+Dagster's run monitoring resumes it (twice at most), and the resumed run
+keeps the Trials stored (`cell_run.run_trials`). A cell whose run died for
+good (monitoring gave up, or a cell run no Dagster run started, whose
+process is gone: `workers.py`) stays `running`, its Job never ends, its
+reservation is never refunded and its sandboxes keep running. Whoever
+notices (the Dagster sensor that watches cell runs, or `amber job cancel`
+for the Job it cancels) calls :func:`end_dead_cell`, which finishes what the
+run would have done:
 
 - the cell's sandboxes and its sandbox network are removed;
 - its stored Trial rows are settled with the ledger. A Trial's row is written
