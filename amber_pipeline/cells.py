@@ -25,8 +25,12 @@ class Cell:
 
     @property
     def key(self) -> str:
-        return (f"bv={self.benchmark_version_id[:12]}|agent={self.agent}@{self.agent_spec_id}"
-                f"|mc={self.model_configuration}")
+        return f"bv={self.benchmark_version_id[:12]}|{self.agent_model}"
+
+    @property
+    def agent_model(self) -> str:
+        """The cell's Agent Version and Model Configuration, whatever its Benchmark Version (`agent_model`)."""
+        return f"agent={self.agent}@{self.agent_spec_id}|mc={self.model_configuration}"
 
     @property
     def file_id(self) -> str:
@@ -47,6 +51,12 @@ def model_name(ref: str) -> str:
     """A Model Configuration's name from its ``name@id``, as Trials and reports show it (a name never changes
     its content: the catalog adds a new name for new prices, and a Workspace cannot reuse one)."""
     return ref.split("@", 1)[0]
+
+
+def agent_model(key: str) -> str:
+    """The part of a cell key that names its Agent Version and Model Configuration (``agent=...|mc=...``): what
+    its Agent uses is learned across Benchmark Versions under it (`jobs.history`)."""
+    return key.split("|", 1)[1] if key.startswith("bv=") else key
 
 
 def cell_file_id(key: str) -> str:

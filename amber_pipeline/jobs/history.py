@@ -11,8 +11,8 @@ A sandboxed Trial's time has two owners:
   every Benchmark Version that holds it. Timings of Trials of a public
   Benchmark Version are public (scope ``public``) and count for every
   Workspace; those of a private one count for its Workspace alone;
-- the **cell's Agent Version and Model Configuration** (``agent_model``: the
-  cell key without its Benchmark Version): the Agent's time (setup and run)
+- the **cell's Agent Version and Model Configuration** (`cells.agent_model`:
+  the cell key without its Benchmark Version): the Agent's time (setup and run)
   and the tokens it metered. They stay within the Workspace that spent them.
 
 Each scored Trial attempt is one row of the catalog's ``trial_usage``,
@@ -27,17 +27,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from amber_pipeline.benchmarks.registry import PUBLIC
+from amber_pipeline.cells import agent_model
 from amber_pipeline.models.wire import Usage
 from amber_pipeline.warehouse.catalog import Connection
 from amber_pipeline.warehouse.schemas import TrialRecord
 
 # A cached image is found in milliseconds; a Trial whose image time passes this built it, or waited for a build.
 IMAGE_BUILT_SEC = 1.0
-
-
-def agent_model(cell_key: str) -> str:
-    """The part of a cell key that names its Agent Version and Model Configuration (``agent=...|mc=...``)."""
-    return cell_key.split("|", 1)[1] if cell_key.startswith("bv=") else cell_key
 
 
 def record(con: Connection, workspace: str, benchmark_owner: str, trials: Sequence[TrialRecord]) -> None:

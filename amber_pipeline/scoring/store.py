@@ -115,13 +115,39 @@ def write_version(wh: Warehouse, benchmark_version_id: str, cell_keys: Sequence[
     return scores
 
 
+# A Trial file is rewritten once per finished Trial (or batch of them): a third clash in a row is not that race.
+SCORE_ATTEMPTS = 3
+
+
 def _score(con: duckdb.DuckDBPyConnection, wh: Warehouse, files: Sequence[Path],
            resampling: Resampling) -> engine.Scores:
-    """The engine over stored Trial files (no file: no cell; a file that is not Amber's Trials is left out)."""
-    files = fitting(con, files, TRIAL_SCHEMA, TRIAL_REQUIRED, wh.store)
-    if not files:
-        return engine.Scores([], [])
-    return engine.score(con, trial_rows(files, wh.store.scan(con, files, TRIAL_SCHEMA, "_trial_files")), resampling)
+    """The engine over stored Trial files (no file: no cell; a file that is not Amber's Trials is left out).
+
+    Another cell's run may replace its Trial file while this one reads it (a whole new file, renamed into
+    place), and DuckDB reads a file's footer and its data at different moments: it then fails on data that no
+    longer matches the footer. Only when a file did change under the query is it asked again, of the files as
+    they are now; any other failure is the caller's.
+    """
+    attempt = 1
+    while True:
+        seen = _stamps(wh, files)
+        try:
+            fit = fitting(con, files, TRIAL_SCHEMA, TRIAL_REQUIRED, wh.store)
+            if not fit:
+                return engine.Scores([], [])
+            return engine.score(con, trial_rows(fit, wh.store.scan(con, fit, TRIAL_SCHEMA, "_trial_files")),
+                                resampling)
+        except duckdb.Error:
+            if attempt == SCORE_ATTEMPTS or _stamps(wh, files) == seen:
+                raise
+        attempt += 1
+
+
+def _stamps(wh: Warehouse, files: Sequence[Path]) -> set[tuple[Path, int, int]]:
+    """Path, size and modification time of the stored files among ``files``: what changes when one is replaced."""
+    wanted = set(files)
+    return {(f.path, f.size, f.mtime_ns) for folder in {p.parent for p in files}
+            for f in wh.store.files(folder, "*.parquet") if f.path in wanted}
 
 
 def _write_cells(con: duckdb.DuckDBPyConnection, wh: Warehouse, cells: Sequence[engine.CellScore]) -> list[Path]:

@@ -417,3 +417,38 @@ def test_write_version_writes_what_reaggregate_writes_and_keeps_other_versions(w
     # Again for one version: the other's rows stay as they were.
     store.write_version(warehouse, BV2, sorted(by_version[BV2]))
     assert snapshot(warehouse) == versioned
+
+
+def test_scoring_reads_again_a_trial_file_replaced_while_it_read_it(warehouse: Warehouse,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another cell's run rewrites its Trial file (a new file renamed into place) while a cell's results are
+    scored; DuckDB, which reads a file's footer and its data apart, then fails on data that no longer matches
+    the footer. The scoring asks again, of the files as they are then; a failure with no file changed is
+    raised at once."""
+    a, b = TERM[0], TERM[1]
+    store_trials(warehouse, fixed_cell("alpha", "job-1", a, {"t0": 1.0, "t1": 0.0})
+                 + fixed_cell("alpha", "job-2", b, {"t0": 0.0}))
+    real, calls = engine.score, []
+
+    def racing(con, rows, resampling):  # as DuckDB fails when the file changed between footer and data
+        calls.append(1)
+        if len(calls) == 1:
+            store_trials(warehouse, fixed_cell("alpha", "job-2", b, {"t0": 0.0, "t1": 1.0, "t2": 1.0}))
+            raise duckdb.InvalidInputException("TProtocolException: Invalid data")
+        return real(con, rows, resampling)
+
+    monkeypatch.setattr(store.engine, "score", racing)
+    scores = store.write_version(warehouse, BV1, [a.key, b.key])
+    assert len(calls) == 2
+    assert {c.cell: (c.n_trials, c.mean) for c in scores.cells} == {a.key: (2, 0.5), b.key: (3, 2 / 3)}
+
+    calls.clear()
+
+    def broken(con, rows, resampling):
+        calls.append(1)
+        raise duckdb.InvalidInputException("a query that fails on its own")
+
+    monkeypatch.setattr(store.engine, "score", broken)
+    with pytest.raises(duckdb.InvalidInputException, match="fails on its own"):
+        store.write_version(warehouse, BV1, [a.key, b.key])
+    assert len(calls) == 1
