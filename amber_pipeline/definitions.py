@@ -5,7 +5,7 @@ import dagster as dg
 from assets.benchmark_versions import benchmark_versions
 from assets.cells import cell_job, cell_scores, trials
 from assets.comparisons import comparisons, reaggregation_job
-from assets.job_requests import continue_job, submit_job
+from assets.job_requests import continue_job, start_quote, submit_job
 from assets.resources import WarehouseResource
 from assets.schedules import (
     quote_expiry_job,
@@ -22,7 +22,7 @@ from sensors.job_requests import job_request_sensor
 
 defs = dg.Definitions(
     assets=[trials, cell_scores, comparisons, benchmark_versions],
-    jobs=[cell_job, submit_job, continue_job, quote_expiry_job, reaggregation_job, transcript_expiry_job,
+    jobs=[cell_job, submit_job, start_quote, continue_job, quote_expiry_job, reaggregation_job, transcript_expiry_job,
           upload_retention_job],
     sensors=[job_request_sensor, benchmark_version_sensor, dead_cell_sensor],
     schedules=[quote_expiry_schedule, reaggregation_schedule, transcript_expiry_schedule, upload_retention_schedule],

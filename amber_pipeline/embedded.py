@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import yaml
@@ -31,6 +32,7 @@ from amber_pipeline.sandbox import engines
 from amber_pipeline.warehouse import files
 
 WARM_WORKER_START_SEC = 30
+STOP_GRACE_S = 15.0  # how long a stopped process's own shutdown may take (the API's waits up to 10 s for requests)
 # Amber's backend settings, which a run launcher passes to run workers by name (deploy/dagster.docker.yaml):
 # one unset here passes as empty, which `settings` reads as its default, so a worker elsewhere never uses
 # another catalog or store than the daemon's, and Dagster never refuses to launch for a name it cannot find.
@@ -140,17 +142,24 @@ def _interrupt(*_: object) -> None:
 
 
 def _stop_group(pid_file: Path) -> None:
-    """Stop the process group a pid file names (politely, then by force after 10 s) and remove the file."""
+    """Stop the process group a pid file names (`_end_group`) and remove the file."""
     pid = _alive(pid_file)
     if pid is not None:
-        os.killpg(pid, signal.SIGTERM)
-        for _ in range(100):
-            if _alive(pid_file) is None:
-                break
-            time.sleep(0.1)
-        else:
-            os.killpg(pid, signal.SIGKILL)
+        _end_group(pid, lambda: _alive(pid_file) is None)
     pid_file.unlink(missing_ok=True)
+
+
+def _end_group(leader: int, ended: Callable[[], bool]) -> None:
+    """Stop the process group of a process started in a session of its own: SIGTERM to all of it, then, once
+    the leader has ended (or after STOP_GRACE_S, by force), SIGKILL to whatever of it is left. A process Dagster
+    starts (a code server) is in its parent's group and outlives it otherwise, until its heartbeat runs out."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(leader, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    while not ended() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(leader, signal.SIGKILL)
 
 
 def run_ui(paths: AmberPaths, host: str, port: int, workspace: Path | None = None) -> int:
@@ -161,23 +170,47 @@ def run_ui(paths: AmberPaths, host: str, port: int, workspace: Path | None = Non
                                            "-p", str(port)])
 
 
-def run_api(paths: AmberPaths, host: str, port: int) -> int:
+def run_api(paths: AmberPaths, host: str, port: int, public_url: str | None = None) -> int:
     """The hosted API (`api_server`: the operations behind sign-in, the Dagster UI under /ui) in the foreground,
-    with the instance's daemon, as `run_ui` runs the webserver."""
+    with the instance's daemon, as `run_ui` runs the webserver. Its redirects name `public_url` (the URL people
+    open it at; None: a redirect names its path alone), which `api_server` checks."""
+    public = [] if public_url is None else ["--public-url", public_url]
     return _with_daemon(paths, settings.dagster_workspace(),
-                        [sys.executable, "-m", "api_server", "--host", host, "--port", str(port)])
+                        [sys.executable, "-m", "api_server", "--host", host, "--port", str(port), *public])
 
 
 def _with_daemon(paths: AmberPaths, workspace: Path, command: list[str]) -> int:
     """`command` in the foreground on the instance, with its daemon: the one that runs already, or one started
-    here (on the same workspace) and stopped when the command exits."""
+    here (on the same workspace) and stopped when the command exits.
+
+    The command runs in a session of its own, so Ctrl-C or SIGTERM reaches this process alone, which stops the
+    command with everything it started (the code server of its Dagster UI among them) before it returns.
+    """
     started_here = daemon_pid(paths) is None
     signal.signal(signal.SIGTERM, _interrupt)  # stopped like Ctrl-C, so the daemon started here stops too
+    process = None
     try:
         start_daemon(paths, workspace)
-        return subprocess.call(command, cwd=PROJECT_ROOT, env=environment(paths))
+        process = subprocess.Popen(command, cwd=PROJECT_ROOT, env=environment(paths), start_new_session=True)
+        return process.wait()
     except KeyboardInterrupt:
         return 0
     finally:
-        if started_here:
-            stop_daemon(paths)
+        with _uninterrupted():
+            if process is not None:
+                running = process
+                _end_group(running.pid, lambda: running.poll() is not None)
+            if started_here:
+                stop_daemon(paths)
+
+
+@contextlib.contextmanager
+def _uninterrupted() -> Iterator[None]:
+    """Ctrl-C and SIGTERM ignored while stopping (which is bounded), so pressing Ctrl-C again leaves nothing
+    half stopped."""
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

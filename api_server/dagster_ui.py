@@ -19,12 +19,18 @@ Cross-site requests: the cookie is SameSite=Strict, so a page of another site
 cannot make the browser send it (websockets included), and signing in needs the
 token itself in the form, so no other CSRF token is needed. A websocket whose
 Origin names another host is refused as well, for browsers that are lax about it.
+
+Launches: every run an operator launches acts for them, never for the server's
+login: the gate tags each with a launch id issued for the signed-in user, in place
+of any identity the browser sent (`launches.py`), and Amber's ops act for the user
+the id names (`assets/job_requests.py`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import html
+import json
 import os
 import secrets
 import threading
@@ -35,13 +41,15 @@ import anyio.to_thread
 from starlette.datastructures import Headers
 from starlette.requests import HTTPConnection
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from amber_pipeline import embedded, settings
+from amber_pipeline.auth import launches as launch_ids
 from amber_pipeline.auth import tokens, users
-from amber_pipeline.errors import Forbidden, NotFound
+from amber_pipeline.errors import AmberError, Forbidden, NotFound
 from amber_pipeline.paths import AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
+from api_server import launches
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
@@ -52,6 +60,8 @@ COOKIE = "amber_session"
 WS_REFUSED = 4401  # closing before accepting: the server answers the upgrade with 403, Dagster never sees it
 WS_RECHECK_S = 10.0  # how often an open websocket's sign-in is checked again
 MAX_FORM_BYTES = 8192
+MAX_GRAPHQL_BYTES = 16 << 20  # an operator's GraphQL request is read whole, to tag the runs it launches
+GRAPHQL_TOO_LARGE = f"That GraphQL request is larger than {MAX_GRAPHQL_BYTES >> 20} MB: send a smaller one."
 NO_SESSION = "Sign in to the Dagster UI at /ui/signin with an API token of an Amber staff user."
 STAFF_ONLY = "The Dagster UI is for Amber staff: ask Amber staff to give you the staff role."
 # dagster-webserver's defaults for a long-running server (its --db-* options)
@@ -110,8 +120,11 @@ class DagsterUI:
                             if _wants_page(conn.headers, method)
                             else JSONResponse({"detail": str(forbidden)}, status_code=403))
             else:
-                await self._forward(user, scope, receive, send)
-                return
+                seen = await self._launching(user, scope, receive) if user.operator else (scope, receive)
+                if not isinstance(seen, Response):
+                    await self._forward(user, *seen, send)
+                    return
+                response = seen
         await response(scope, receive, send)
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -164,6 +177,37 @@ class DagsterUI:
             app = await anyio.to_thread.run_sync(self.dagster.app, user.operator)
         # Dagster routes under its own prefix: it must see the path as if it were the server's root.
         await app({**scope, "root_path": scope.get("root_path", "").removesuffix(PREFIX)}, receive, send)
+
+    async def _launching(self, user: users.User, scope: Scope, receive: Receive) -> tuple[Scope, Receive] | Response:
+        """An operator's request as Dagster is to see it: a GraphQL request with every run it launches tagged for
+        `user` (`launches.py`), read the way Dagster's endpoint reads it; or its refusal."""
+        if _local_path(scope) != "/graphql":
+            return scope, receive
+        asked = HTTPConnection(scope).query_params.getlist("query")  # as Dagster reads a GET's query
+        if scope["method"] != "POST":
+            return _refused_launch() if any(launches.launches_in(q) for q in asked) else (scope, receive)
+        body = await _body(receive, MAX_GRAPHQL_BYTES)
+        if body is None:
+            return JSONResponse({"errors": [{"message": GRAPHQL_TOO_LARGE}]}, status_code=413)
+        content_type = Headers(scope=scope).get("content-type", "")
+        if "application/json" in content_type:
+            try:
+                data = json.loads(body)
+            except ValueError:
+                data = None  # Dagster answers it as invalid JSON
+            if isinstance(data, dict):
+                try:
+                    stamped = await anyio.to_thread.run_sync(
+                        launches.stamp, data, user.name, lambda: launch_ids.issue(self.wh, user.name))
+                except AmberError as refused:
+                    return _refused_launch(str(refused))
+                if stamped is not data:
+                    body = json.dumps(stamped).encode()
+        else:
+            texts = [body.decode(errors="replace")] if "application/graphql" in content_type else asked
+            if any(launches.launches_in(q) for q in texts):
+                return _refused_launch()
+        return _with_body(scope, body), _replaying(body, receive)
 
     async def _sign_in(self, scope: Scope, receive: Receive, root: str) -> Response:
         body = await _body(receive, MAX_FORM_BYTES)
@@ -312,6 +356,30 @@ def _same_origin(headers: Headers) -> bool:
         return True
     hosts = {headers.get("host", ""), *headers.get("x-forwarded-host", "").replace(" ", "").split(",")}
     return urlsplit(origin).netloc in hosts - {""}
+
+
+def _refused_launch(sentence: str = launches.AS_VARIABLES) -> Response:
+    return JSONResponse({"errors": [{"message": sentence}]}, status_code=400)
+
+
+def _with_body(scope: Scope, body: bytes) -> Scope:
+    """The request's scope with the length of the body it now carries."""
+    kept = [(k, v) for k, v in scope["headers"] if k.lower() not in (b"content-length", b"transfer-encoding")]
+    return {**scope, "headers": [*kept, (b"content-length", str(len(body)).encode())]}
+
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """A receive that gives `body` whole, then what the client sends next (its disconnect)."""
+    given = False
+
+    async def replay() -> Message:
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
 
 
 async def _body(receive: Receive, limit: int) -> bytes | None:

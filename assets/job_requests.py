@@ -1,40 +1,76 @@
-"""Launching an Amber Job from the Dagster UI, and going on with one past its ceiling.
+"""Launching an Amber Job from the Dagster UI, and going on with one past its ceiling: in two launches, as the CLI's
+`amber job quote` then `amber job start QUOTE`, so no single click moves money.
 
-`submit_job`'s run config is the Job request itself (`jobs.request.JobRequest`:
-the launchpad shows its fields and their descriptions), the Workspace to act
-in, and `quote_only`. Its first step prices each cell and shows the Quote (per
-cell, the total, and the smallest change the Job can detect) before any money
-moves; unless `quote_only`, its second step quotes and starts the Job exactly
-as `amber job submit` does, as the user running the UI (the Quote is reserved
-from the Workspace's Wallet), tags the run with the Job, and queues the cell
-runs itself (it runs in a warm process with Dagster at hand).
+`submit_job`'s run config is the Job request itself (`jobs.request.JobRequest`: the launchpad shows its fields
+and their descriptions) and the Workspace that pays. It prices each cell and shows the Quote (each cell's price
+per Trial and estimate, the total, the ceiling the Job would reserve, the smallest change it can detect) under
+an id, its Job's (job-...), and reserves and writes nothing. `continue_job` (a Job, an optional amount) likewise
+shows what going on with the Job past its ceiling would reserve, under a Quote id of its own (quote-...).
+
+`start_quote`, launched with that id by the same user within the hour, confirms it: it reserves the Quote from
+the Workspace's Wallet and starts the Job (or runs its missing Trials) exactly as `amber job submit` or `amber
+job continue` do, refuses a Quote that has risen above the amount shown, tags its run with the Job, and queues
+the cell runs itself (it runs in a warm process with Dagster at hand).
+
+Who acts: behind `amber serve`, the user signed in to /ui (`auth/launches.py`: the sign-in gate gives each run
+it launches a launch id only it issues, which the run claims); a Workspace that user is not a member of is
+refused in one sentence, and the Job's submitter and the audit log name them. Launched on the server's host
+(`amber ui`), the embedded default's user acts, as on the CLI.
 """
 
 
+import contextlib
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Literal
 
 import dagster as dg
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from amber_pipeline.analysis.plan import detectable_change_sentence
+from amber_pipeline.api.operations import Acting
+from amber_pipeline.auth import launches
+from amber_pipeline.errors import AmberError, NotFound
 from amber_pipeline.jobs import lifecycle, quotes, records
 from amber_pipeline.jobs.request import JobRequest
-from amber_pipeline.money import identity, workspaces
+from amber_pipeline.money import audit, identity, workspaces
 from amber_pipeline.money.identity import DEFAULT_WORKSPACE
 from amber_pipeline.money.prices import show
+from amber_pipeline.warehouse.catalog import Warehouse
 from assets.cells import JOB_TAG
 from assets.resources import WarehouseResource
 from launcher import cell_runs
 
-QUOTE_TAG = "amber/quote"  # the Quote a continue_job run makes
+QUOTE_TAG = "amber/quote"  # the continuation Quote a continue_job run shows, and start_quote reserves
+SUBMIT_JOB, CONTINUE_JOB = "submit_job", "continue_job"
+
+
+class Shown(BaseModel):
+    """A Quote as submit_job or continue_job showed it, nothing reserved: what start_quote confirms."""
+
+    id: str  # the new Job's id (submit_job), or the continuation Quote's (continue_job)
+    job_name: Literal["submit_job", "continue_job"]
+    user: str  # whom it was shown to: only they confirm it
+    workspace: str
+    job_id: str
+    reserves: Decimal  # what confirming it reserves: the most start_quote may reserve
+    shown_at: datetime
+    request: JobRequest | None = None  # submit_job's Job request
+    amount: str | None = None  # continue_job's amount, as typed
+
+    def next_step(self) -> str:
+        what = "start the Job" if self.job_name == SUBMIT_JOB else f"run Job {self.job_id}'s missing Trials"
+        return (f"Nothing is reserved yet: to reserve {show(self.reserves)} from {self.workspace}'s Wallet and "
+                f"{what}, launch start_quote with quote_id {self.id} within the hour.")
 
 
 class SubmitJobConfig(JobRequest, dg.Config):
-    workspace: str = Field(DEFAULT_WORKSPACE, description="The Workspace whose Wallet pays for the Job.")
-    quote_only: bool = Field(False, description="Show the Quote and stop: nothing is reserved or started.")
+    workspace: str = Field(DEFAULT_WORKSPACE, description="The Workspace whose Wallet pays for the Job: one you "
+                                                          "are a member of.")
 
     def request(self) -> JobRequest:
-        return JobRequest.model_validate(self.model_dump(exclude={"workspace", "quote_only"}))
+        return JobRequest.model_validate(self.model_dump(exclude={"workspace"}))
 
 
 # What the launchpad opens with: the demo Job (the schema mixes in dg.Config, so it is built by validation)
@@ -44,55 +80,78 @@ QUOTE_COLUMNS = dg.TableSchema(columns=[
     dg.TableColumn(name, kind) for name, kind in (
         ("cell", "string"), ("tasks", "int"), ("trials_per_task", "int"), ("per_trial_usd", "string"),
         ("estimate_usd", "string"), ("basis", "string"))])
+MISSING_COLUMNS = dg.TableSchema(columns=[
+    dg.TableColumn(name, kind) for name, kind in (
+        ("cell", "string"), ("tasks", "int"), ("trials", "int"), ("estimate_usd", "string"))])
 
 
-@dg.op(description="Price each cell and show the Quote; nothing is reserved yet.",
-       out={"quote": dg.Out(dict, description="The Quote shown: its total and each cell's price."),
-            "request": dg.Out(dict, is_required=False, description="The request to start, unless quote_only.")})
-def quote_job(context: dg.OpExecutionContext, config: SubmitJobConfig, warehouse: WarehouseResource):
+@contextlib.contextmanager
+def _refused_in_one_sentence() -> Iterator[None]:
+    """A refusal a user can fix fails the step with its sentence alone, shown as the run's failure (no traceback)."""
+    try:
+        yield
+    except AmberError as refusal:
+        raise dg.Failure(description=str(refusal), allow_retries=False) from None
+
+
+@contextlib.contextmanager
+def _acting(context: dg.OpExecutionContext, wh: Warehouse, workspace: str) -> Iterator[Acting]:
+    """The user this run acts for (see the module's docstring) in `workspace`, membership checked. In the block
+    their actions are theirs in the audit log, and a user signed in to /ui holds only the roles given to them
+    (the embedded default's "the local login is staff" is not theirs)."""
+    launch_id = context.run.tags.get(launches.LAUNCH_TAG)
+    with _refused_in_one_sentence():
+        user = launches.user_of(wh, launch_id, context.run_id)
+    context.instance.add_run_tags(context.run_id, {launches.USER_TAG: user})
+    signed_in = identity.SIGNED_IN.set(user) if launch_id is not None else None
+    try:
+        with _refused_in_one_sentence(), audit.acting_as(user):
+            actor = identity.Actor(user, workspace)
+            yield Acting(wh, actor, workspaces.acting_workspace(wh, actor))
+    finally:
+        if signed_in is not None:
+            identity.SIGNED_IN.reset(signed_in)
+
+
+def _show(context: dg.OpExecutionContext, shown: Shown, metadata: dict) -> dg.Output:
+    context.log.info(shown.next_step())
+    return dg.Output(shown.model_dump(mode="json"), "quote", metadata={
+        "quote_id": shown.id, "workspace": shown.workspace, "shown_to": shown.user,
+        "ceiling_usd": show(shown.reserves), **metadata, "next_step": shown.next_step(),
+        "quote": dg.MetadataValue.json(shown.model_dump(mode="json"))})
+
+
+@dg.op(description="Price each cell and show the Quote; nothing is reserved until start_quote confirms it.",
+       out={"quote": dg.Out(dict, description="The Quote shown: its id, what confirming it reserves, and the "
+                                              "request.")})
+def quote_job(context: dg.OpExecutionContext, config: SubmitJobConfig, warehouse: WarehouseResource) -> dg.Output:
     wh = warehouse.get()
-    actor = identity.resolve(None, config.workspace)
-    workspace = workspaces.acting_workspace(wh, actor)
-    priced = lifecycle.estimate(wh, workspace, actor.user, config.request())
+    request = config.request()
+    with _acting(context, wh, config.workspace) as acting:
+        priced = lifecycle.estimate(wh, acting.workspace, acting.actor.user, request)
+        cells = quotes.with_ceiling(priced.quoted, request.ceiling_usd)  # what starting it reserves
+    # The Job's id names the Quote until start_quote makes the Job under it (once, however often it is asked).
+    job_id = lifecycle.new_job_id()
+    shown = Shown(id=job_id, job_name=SUBMIT_JOB, user=acting.actor.user, workspace=acting.workspace, job_id=job_id,
+                  reserves=sum((Decimal(c.total) for c in cells), Decimal(0)), shown_at=datetime.now(UTC),
+                  request=request)
+    context.instance.add_run_tags(context.run_id, {JOB_TAG: job_id})
     detectable = detectable_change_sentence(priced.n_tasks)
     context.log.info(f"Quote for {priced.label}: {show(priced.total)} over {len(priced.cells)} cells. {detectable}")
-    yield dg.Output({"benchmark": priced.label, "estimate_usd": str(priced.total)}, "quote", metadata={
+    return _show(context, shown, {
         "benchmark": priced.label, "estimate_usd": show(priced.total), "detectable_change": detectable,
         "cells": dg.MetadataValue.table([dg.TableRecord({
             "cell": c.label, "tasks": c.n_tasks, "trials_per_task": c.trials_per_task,
             "per_trial_usd": show(Decimal(c.cost_per_trial)), "estimate_usd": show(c.estimated), "basis": c.basis})
             for c in priced.quoted], schema=QUOTE_COLUMNS)})
-    if config.quote_only:
-        context.log.info("quote_only: nothing reserved, no Job started.")
-        return
-    yield dg.Output(config.model_dump(), "request")
 
 
-@dg.op(description="Quote and start the Job, reserving its Quote; its cell runs start at once.")
-def start_job(context: dg.OpExecutionContext, request: dict, warehouse: WarehouseResource) -> str:
-    wh = warehouse.get()
-    config = SubmitJobConfig.model_validate(request)
-    actor = identity.resolve(None, config.workspace)
-    workspace = workspaces.acting_workspace(wh, actor)
-    # The Job's id goes on the run before the Job is made: a run resumed after its worker died submits the
-    # same Job, not a second one.
-    job_id = context.run.tags.get(JOB_TAG) or lifecycle.new_job_id()
-    context.instance.add_run_tags(context.run_id, {JOB_TAG: job_id})
-    quote, job = lifecycle.submit(wh, workspace, actor.user, config.request(), job_id=job_id)
-    cell_runs.submit(context.instance, records.claim_cells(wh, job.id))  # now, not at the sensor's next tick
-    context.add_output_metadata({"job": job.id, "benchmark": job.benchmark_label, "quote": quote.id,
-                                 "reserved_usd": float(quote.amount)})
-    context.log.info(f"Submitted {job.id} over {job.benchmark_label}: {show(quote.amount)} reserved")
-    return job.id
-
-
-@dg.job(description="Submit an Amber Job: a Benchmark against Agent x Model Configuration pairs. Its Quote is "
-                    "shown before anything is reserved; set quote_only to stop there.",
+@dg.job(description="Quote an Amber Job: a Benchmark against Agent x Model Configuration pairs, priced per cell. "
+                    "Nothing is reserved: launch start_quote with the Quote's id to reserve it and start the Job.",
         executor_def=dg.in_process_executor,
         config=dg.RunConfig(ops={"quote_job": DEMO_REQUEST}))
 def submit_job():
-    _, request = quote_job()
-    start_job(request)
+    quote_job()
 
 
 class ContinueJobConfig(dg.Config):
@@ -103,25 +162,87 @@ class ContinueJobConfig(dg.Config):
                                                  "Trials: a plain amount, like 12.50.")
 
 
-@dg.op(description="Reserve what the Job's missing Trials need and run them in the same Job.")
-def continue_amber_job(context: dg.OpExecutionContext, config: ContinueJobConfig,
-                       warehouse: WarehouseResource) -> str:
+@dg.op(description="Price the Job's missing Trials and show what going on with it would reserve; nothing is "
+                   "reserved until start_quote confirms it.",
+       out={"quote": dg.Out(dict, description="The Quote shown: its id and what confirming it reserves.")})
+def quote_continuation(context: dg.OpExecutionContext, config: ContinueJobConfig,
+                       warehouse: WarehouseResource) -> dg.Output:
     wh = warehouse.get()
-    actor = identity.resolve(None, config.workspace)
-    workspace = workspaces.acting_workspace(wh, actor)
-    # The continuation's id goes on the run before it is made: a resumed run reserves once (see start_job).
-    quote_id = context.run.tags.get(QUOTE_TAG) or quotes.new_quote_id()
-    context.instance.add_run_tags(context.run_id, {JOB_TAG: config.job_id, QUOTE_TAG: quote_id})
-    made = lifecycle.continue_job(wh, workspace, config.job_id, config.amount, quote_id=quote_id)
+    with _acting(context, wh, config.workspace) as acting:
+        priced = lifecycle.price_continuation(wh, acting.workspace, config.job_id, config.amount)
+    shown = Shown(id=quotes.new_quote_id(), job_name=CONTINUE_JOB, user=acting.actor.user, workspace=acting.workspace,
+                  job_id=priced.job.id, reserves=priced.amount, shown_at=datetime.now(UTC), amount=config.amount)
+    context.instance.add_run_tags(context.run_id, {JOB_TAG: shown.job_id, QUOTE_TAG: shown.id})
+    return _show(context, shown, {
+        "job": priced.job.id, "benchmark": priced.job.benchmark_label, "estimate_usd": show(priced.estimate),
+        "pool_left_usd": show(priced.left),
+        "cells": dg.MetadataValue.table([dg.TableRecord({
+            "cell": m.route, "tasks": len(m.tasks), "trials": sum(t.trials for t in m.tasks),
+            "estimate_usd": show(m.cost_usd)}) for m in priced.missing], schema=MISSING_COLUMNS)})
+
+
+@dg.job(description="Price going on with an Amber Job past its ceiling (or after a cancel): its missing Trials, as "
+                    "`amber job continue` would reserve them. Nothing is reserved: launch start_quote with the "
+                    "Quote's id to reserve it and run them in the same Job.",
+        executor_def=dg.in_process_executor)
+def continue_job():
+    quote_continuation()
+
+
+class StartQuoteConfig(dg.Config):
+    quote_id: str = Field(description="The Quote submit_job or continue_job showed you, by the id it gave: job-... "
+                                      "for a new Job, quote-... to go on with one.")
+
+
+def _shown(instance: dg.DagsterInstance, quote_id: str) -> Shown:
+    """The Quote a submit_job or continue_job run showed under `quote_id`, as that run's step recorded it (what
+    a launch's tags say is not trusted: the step's own output is), if it was shown within the hour."""
+    for job_name, tag in ((SUBMIT_JOB, JOB_TAG), (CONTINUE_JOB, QUOTE_TAG)):
+        for run in instance.get_runs(dg.RunsFilter(job_name=job_name, tags={tag: quote_id},
+                                                   statuses=[dg.DagsterRunStatus.SUCCESS])):
+            for event in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_OUTPUT):
+                recorded = event.dagster_event.step_output_data.metadata.get("quote") if event.dagster_event else None
+                if isinstance(recorded, dg.JsonMetadataValue):
+                    shown = Shown.model_validate(recorded.data)
+                    if shown.id == quote_id:
+                        if datetime.now(UTC) - shown.shown_at > quotes.LIFETIME:
+                            raise AmberError(f"Quote {quote_id} was shown more than an hour ago: launch "
+                                             f"{shown.job_name} again to see a new one.")
+                        return shown
+    raise NotFound(f"No Quote {quote_id} was shown: launch submit_job (or continue_job) and start the id it shows.")
+
+
+@dg.op(description="Confirm a Quote submit_job or continue_job showed you: reserve it from the Wallet and start the "
+                   "Job (or run its missing Trials); its cell runs start at once.")
+def confirm_quote(context: dg.OpExecutionContext, config: StartQuoteConfig, warehouse: WarehouseResource) -> str:
+    wh = warehouse.get()
+    with _refused_in_one_sentence():
+        shown = _shown(context.instance, config.quote_id)
+    with _acting(context, wh, shown.workspace) as acting:
+        user = acting.actor.user
+        if user != shown.user:
+            raise AmberError(f"Quote {shown.id} was shown to {shown.user}, not to {user}: launch "
+                             f"{shown.job_name} yourself to see a Quote of your own.")
+        # The Job's id (and the continuation's) are the Quote's as shown, so a run resumed after its worker died
+        # makes the same Job or continuation, not a second one; its tags put it among the Job's runs.
+        context.instance.add_run_tags(context.run_id, {JOB_TAG: shown.job_id} | (
+            {QUOTE_TAG: shown.id} if shown.job_name == CONTINUE_JOB else {}))
+        if shown.request is not None:
+            made, _ = lifecycle.submit(wh, acting.workspace, user, shown.request, job_id=shown.id,
+                                       at_most=shown.reserves)
+        else:
+            made = lifecycle.continue_job(wh, acting.workspace, shown.job_id, shown.amount, quote_id=shown.id,
+                                          at_most=shown.reserves)
     cell_runs.submit(context.instance, records.claim_cells(wh, made.job_id))  # now, not at the sensor's next tick
-    context.add_output_metadata({"job": made.job_id, "quote": made.id, "reserved_usd": float(made.amount),
-                                 "cells": ", ".join(c.label for c in made.cells)})
-    context.log.info(f"Continued {made.job_id}: {show(made.amount)} reserved for its missing Trials")
+    context.add_output_metadata({"job": made.job_id, "benchmark": made.benchmark_label, "quote": made.id,
+                                 "reserved_usd": show(made.amount), "by": user})
+    context.log.info(f"{user} reserved {show(made.amount)} for {made.job_id} ({made.id}); its cell runs start "
+                     "now")
     return made.job_id
 
 
-@dg.job(description="Go on with an Amber Job past its ceiling (or after a cancel): its missing Trials are priced, "
-                    "reserved from the Wallet and run in the same Job, as `amber job continue` does.",
+@dg.job(description="Confirm a Quote that submit_job or continue_job showed you, by its id: reserve it from the "
+                    "Wallet and start the Job (or run its missing Trials), as `amber job start` does.",
         executor_def=dg.in_process_executor)
-def continue_job():
-    continue_amber_job()
+def start_quote():
+    confirm_quote()

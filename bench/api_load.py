@@ -30,11 +30,20 @@ A baseline (`FIGURE api_vs_inprocess_ratio`): the same alternating mix run seria
 the figure is the server's rate over that one in-process caller's. Above 1, the server with 20 clients gets
 more done than one caller alone; below 1, HTTP and contention cost more than concurrency gains.
 
+The same server is then fuzzed from its own OpenAPI document (`tests/servers/fuzz.py`, which
+`tests/test_api_fuzz.py` runs too): every operation, as a member of a Workspace holding one of everything and
+as a user of another, with boundary values and seeded cases of valid and invalid data. `FIGURE api_fuzz_cases`
+is the number of cases it sent; the bench fails on any answer that is a 5xx, shows a traceback, or is not what
+the document says.
+
 Only loopback is used: the server binds 127.0.0.1, clients ignore proxy settings, and the replay double and
-model proxy of the setup Job listen on 127.0.0.1.
+model proxy of the setup Jobs listen on 127.0.0.1.
 
     .venv/bin/python bench/api_load.py [--clients 20] [--workspaces 4] [--seconds 60] [--max-requests 20000]
-                                       [--baseline-requests 40] [--keep]
+                                       [--baseline-requests 40] [--fuzz-examples 3] [--smoke] [--keep]
+
+`--smoke` is a small run for the test suite: 4 clients in 2 Workspaces for 3 s, and one drawn fuzz case of each
+kind.
 """
 
 from __future__ import annotations
@@ -69,6 +78,9 @@ from amber_pipeline.money import identity, wallet, workspaces
 from amber_pipeline.money.identity import Actor, local_user
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
+
+sys.path.insert(0, str(PROJECT_ROOT / "tests"))
+from servers import fuzz  # noqa: E402  (the fuzz's one home, shared with tests/test_api_fuzz.py)
 
 STATIC_BENCH = PROJECT_ROOT / "examples" / "static-bench"
 HOST = "127.0.0.1"
@@ -388,21 +400,30 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--max-requests", type=int, default=20_000)
     parser.add_argument("--baseline-requests", type=int, default=40, help="0: no in-process baseline")
+    parser.add_argument("--fuzz-examples", type=int, default=fuzz.EXAMPLES,
+                        help="drawn fuzz cases per operation, user and mode")
+    parser.add_argument("--smoke", action="store_true", help="a small run, for the test suite")
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
+    if args.smoke:
+        args.clients, args.workspaces, args.seconds, args.baseline_requests, args.fuzz_examples = 4, 2, 3.0, 4, 1
     os.environ.pop("AMBER_CATALOG_URL", None)  # the bench's own DuckDB catalog, never a configured one
     with scratch_home("amber-bench-api-", args.keep) as home:
         paths = AmberPaths.from_env()
         wh = Warehouse(paths)
         t0 = time.perf_counter()
         setup = set_up(wh, args.clients, args.workspaces)
+        world = fuzz.populate(wh)
         print(f"setup: {args.clients} clients in {args.workspaces} Workspaces, each with a finished static Job, "
-              f"in {time.perf_counter() - t0:.1f} s")
+              f"and the fuzz's two users, in {time.perf_counter() - t0:.1f} s")
         log = home / "api_server.log"
         with serving(paths, log) as url:
             tallies, wall = load(url, setup.clients, args.seconds, args.max_requests)
+            t0 = time.perf_counter()
+            fuzzed = fuzz.fuzz(url, world, args.fuzz_examples)
+            fuzz_s = time.perf_counter() - t0
         samples = [s for t in tallies for s in t.samples]
-        failures = answer_failures(samples)
+        failures = answer_failures(samples) + [f"fuzz {f}" for f in fuzzed.failures]
         for ws, setup_quote in setup.setup_quotes.items():
             received = {q: a for c, t in zip(setup.clients, tallies, strict=True) if c.workspace == ws
                         for q, a in t.quotes.items()}
@@ -411,6 +432,8 @@ def main() -> None:
         print(f"load: {len(samples)} requests in {wall:.1f} s ({quotes} Quotes made), "
               f"{sum(s.status != 200 for s in samples)} not 200")
         describe(samples, wall)
+        print(f"fuzz: {fuzzed.cases} cases over {len(fuzzed.asked)} operations in {fuzz_s:.1f} s, "
+              f"{len(fuzzed.failures)} failures")
         rate = len(samples) / wall
         if args.baseline_requests:
             times = in_process(wh, setup.clients[0], args.baseline_requests)
@@ -423,11 +446,12 @@ def main() -> None:
         print(f"FIGURE api_p99_ms {ms([s.seconds for s in samples], 99):.0f} ms")
         if args.baseline_requests:
             print(f"FIGURE api_vs_inprocess_ratio {rate / serial:.2f} x")
+        print(f"FIGURE api_fuzz_cases {fuzzed.cases} cases")
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures), file=sys.stderr)
         raise SystemExit(1)
     print("checks: every answer 200 and the record asked for; one reservation per Quote, none lost or doubled; "
-          "every Wallet equal to its ledger's sums")
+          "every Wallet equal to its ledger's sums; every fuzzed answer as the document says")
 
 
 if __name__ == "__main__":

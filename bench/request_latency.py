@@ -2,19 +2,27 @@
 
 On a fresh embedded Amber (a temporary AMBER_HOME) with `amber ui` running
 (webserver, daemon and warm worker), N one-cell nop Jobs of a one-Task
-Benchmark are requested one after another, each way:
+Benchmark are requested one after another, each way. The request is the
+user's commit to the Job, the moment money is reserved:
 
 - CLI: the clock starts when `amber job submit` is run (interpreter start
-  included);
-- UI: it starts when the launchpad's request is posted (the `launchRun`
-  mutation the UI sends for submit_job).
+  included; it prices the Job and starts it in one command);
+- UI: the Job is quoted first (the `launchRun` mutation the launchpad sends
+  for submit_job, which shows the Quote and reserves nothing), then the clock
+  starts when start_quote is launched with the Quote's id, the user's second
+  launch. Pricing is before the clock here, as the user reads the Quote
+  before confirming it: the submit_job run's own time, from its launch to its
+  end, is printed on a row of its own (`UI quote`) and is no part of the
+  request_to_trial figures.
 
 It stops when Docker reports the start of the Job's first sandbox (a container
 labelled with a Trial folder under the Job's run folder): the Trial is
-running. Each Job is waited for before the next. Prints each latency, the
-median and p90 per path, and FIGURE lines.
+running. One Job each way warms up first (the Task's image, each path's
+first load); each Job is waited for before the next. Prints each latency,
+the median and p90 per path, and FIGURE lines. `--smoke` requests one Job
+each way (for the test suite).
 
-    .venv/bin/python bench/request_latency.py [--n 10]
+    .venv/bin/python bench/request_latency.py [--n 10] [--smoke]
 """
 
 from __future__ import annotations
@@ -87,18 +95,32 @@ def run(cmd: list[str], env: dict[str, str]) -> str:
     return done.stdout
 
 
-def job_of_run(client: httpx.Client, run_id: str) -> str:
-    """The Amber Job a submit_job run started: its tag amber/job."""
+def succeeded(client: httpx.Client, run_id: str, job_name: str) -> dict[str, str]:
+    """The tags of a run once it has succeeded."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         run = client.post("/graphql", json={"query": RUN_TAGS, "variables": {"runId": run_id}}).json()["data"]
-        tags = {t["key"]: t["value"] for t in run["runOrError"]["tags"]}
-        if "amber/job" in tags:
-            return tags["amber/job"]
-        if run["runOrError"]["status"] in ("FAILURE", "CANCELED"):
-            raise SystemExit(f"the submit_job run {run_id} ended {run['runOrError']['status']}")
+        status = run["runOrError"]["status"]
+        if status == "SUCCESS":
+            return {t["key"]: t["value"] for t in run["runOrError"]["tags"]}
+        if status in ("FAILURE", "CANCELED"):
+            raise SystemExit(f"the {job_name} run {run_id} ended {status}")
         time.sleep(0.1)
-    raise SystemExit(f"the submit_job run {run_id} started no Job within 60 s")
+    raise SystemExit(f"the {job_name} run {run_id} did not succeed within 60 s")
+
+
+def ui_request(client: httpx.Client, bench: str) -> tuple[str, str, float, float]:
+    """A Job requested through the UI: quoted by submit_job, then confirmed by start_quote with the Quote's id
+    (the submit_job run's tag amber/job, once it has succeeded: start_quote confirms only such a Quote). The
+    Job's id, the start_quote run's, how long the quote took (submit_job's launch to its end) and when
+    start_quote was launched (the clock's start)."""
+    asked = time.time()
+    quote_run = _launch(client, "submit_job", "quote_job", {"benchmark": bench, "agent": "nop"})
+    job = succeeded(client, quote_run, "submit_job").get("amber/job")
+    if job is None:
+        raise SystemExit(f"the submit_job run {quote_run} showed no Quote (no tag amber/job)")
+    shown = time.time()
+    return job, _launch(client, "start_quote", "confirm_quote", {"quote_id": job}), shown - asked, shown
 
 
 def wait_job(env: dict[str, str], job: str) -> None:
@@ -119,7 +141,9 @@ def p90(xs: list[float]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=10, help="Jobs per path (default 10)")
+    parser.add_argument("--smoke", action="store_true", help="one Job per path (for the test suite)")
     args = parser.parse_args()
+    n = 1 if args.smoke else args.n
     with tempfile.TemporaryDirectory(prefix="amber-latency-") as tmp:
         root = Path(tmp)
         bench = root / "one-task"
@@ -137,16 +161,19 @@ def main() -> None:
             _wait_ui(client, ui)
             # warm-up: builds the Task's image and loads every path once
             run([AMBER, "job", "submit", str(bench), "--agent", "nop", "--wait"], env)
-            cli, via_ui = [], []
-            for _ in range(args.n):
+            job, start_run, _, _ = ui_request(client, str(bench))
+            succeeded(client, start_run, "start_quote")
+            wait_job(env, job)
+            cli, via_ui, quoting = [], [], []
+            for _ in range(n):
                 t0 = time.time()
                 out = run([AMBER, "job", "submit", str(bench), "--agent", "nop"], env)
                 job = next(w.rstrip(".") for w in out.split() if w.startswith("job-"))
                 cli.append(starts.wait(job, 120) - t0)
                 wait_job(env, job)
-            for _ in range(args.n):
-                t0 = time.time()
-                job = job_of_run(client, _launch(client, str(bench)))
+            for _ in range(n):
+                job, _, quote_s, t0 = ui_request(client, str(bench))
+                quoting.append(quote_s)
                 via_ui.append(starts.wait(job, 120) - t0)
                 wait_job(env, job)
         finally:
@@ -154,10 +181,11 @@ def main() -> None:
             client.close()
             os.killpg(ui.pid, signal.SIGTERM)
             ui.wait(timeout=60)
-    print(f"request to first Trial running, {args.n} one-cell nop Jobs per path, daemon up")
-    print(f"{'':6}{'median s':>10}{'p90 s':>10}{'min s':>10}{'max s':>10}   each")
-    for label, xs in (("CLI", cli), ("UI", via_ui)):
-        print(f"{label:6}{statistics.median(xs):10.2f}{p90(xs):10.2f}{min(xs):10.2f}{max(xs):10.2f}   "
+    print(f"request to first Trial running, {n} one-cell nop Jobs per path, daemon up "
+          "(UI: from start_quote's launch; UI quote: submit_job's run, before it)")
+    print(f"{'':9}{'median s':>10}{'p90 s':>10}{'min s':>10}{'max s':>10}   each")
+    for label, xs in (("CLI", cli), ("UI", via_ui), ("UI quote", quoting)):
+        print(f"{label:9}{statistics.median(xs):10.2f}{p90(xs):10.2f}{min(xs):10.2f}{max(xs):10.2f}   "
               + " ".join(f"{x:.2f}" for x in xs))
     both = cli + via_ui
     print(f"FIGURE request_to_trial_median_s {statistics.median(both):.2f} s")
@@ -165,6 +193,7 @@ def main() -> None:
     for label, xs in (("cli", cli), ("ui", via_ui)):
         print(f"FIGURE request_to_trial_{label}_median_s {statistics.median(xs):.2f} s")
         print(f"FIGURE request_to_trial_{label}_p90_s {p90(xs):.2f} s")
+    print(f"FIGURE ui_quote_median_s {statistics.median(quoting):.2f} s")
 
 
 def _wait_ui(client: httpx.Client, ui: subprocess.Popen) -> None:
@@ -184,16 +213,15 @@ def _wait_ui(client: httpx.Client, ui: subprocess.Popen) -> None:
     raise SystemExit("the UI did not load its code location within 120 s")
 
 
-def _launch(client: httpx.Client, bench: str) -> str:
-    params = {"selector": {"repositoryLocationName": "amber", "repositoryName": "__repository__",
-                           "jobName": "submit_job"},
-              "runConfigData": {"ops": {"quote_job": {"config": {"benchmark": bench, "agent": "nop"}}}},
-              "mode": "default"}
+def _launch(client: httpx.Client, job: str, op: str, config: dict[str, str]) -> str:
+    """Launch `job` with `op`'s config, as the launchpad's Launch Run does; the run's id."""
+    params = {"selector": {"repositoryLocationName": "amber", "repositoryName": "__repository__", "jobName": job},
+              "runConfigData": {"ops": {op: {"config": config}}}, "mode": "default"}
     body = client.post("/graphql", json={"query": LAUNCH, "variables": {"params": params}}).json()
     launched = body["data"]["launchRun"]
     if launched["__typename"] != "LaunchRunSuccess":
-        raise SystemExit(f"launchRun: {body}")
-    return launched["run"]["runId"]
+        raise SystemExit(f"launchRun of {job}: {body}")
+    return str(launched["run"]["runId"])
 
 
 if __name__ == "__main__":

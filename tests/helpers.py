@@ -8,11 +8,14 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from amber_pipeline.jobs import lifecycle
 from amber_pipeline.jobs.records import Job
@@ -161,3 +164,19 @@ def trial_rows(workspace: str, job_id: str, n: int) -> pa.Table:
         model_configuration="replay-strong", outcome="scored", reward=float(i % 2), errored=False, retries=0,
         error_type=None, error_message=None, input_tokens=10, output_tokens=5, cost_usd=0.001, started_at=at,
         finished_at=at, duration_sec=1.0, image_id=None, trial_dir=f"/x/{workspace}/{i}") for i in range(n)])
+
+
+def stored_contents(home: Path) -> Iterator[tuple[Path, str, bytes]]:
+    """Every file under ``home`` as its bytes ("raw"); Parquet and DuckDB files, whose pages are compressed (so a
+    key in them need not appear as its bytes), also decoded: every value of every table ("parquet", "duckdb")."""
+    for path in sorted(p for p in home.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        yield path, "raw", data
+        if data[:4] == b"PAR1":
+            yield path, "parquet", json.dumps(pq.read_table(path).to_pylist(), default=str).encode()
+        elif data[8:12] == b"DUCK":
+            with duckdb.connect(str(path), read_only=True) as con:
+                tables = con.execute("select schema_name, table_name from duckdb_tables()").fetchall()
+                for schema, table in tables:
+                    values = con.execute(f'select * from "{schema}"."{table}"').fetchall()
+                    yield path, "duckdb", json.dumps(values, default=str).encode()

@@ -10,8 +10,10 @@ so a new endpoint without such a test fails `test_every_endpoint_is_covered`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -111,7 +113,7 @@ def valid_params(world: World) -> dict[str, dict[str, Any]]:
         "job_quote": label_request, "job_submit": label_request, "job_start": {"quote_id": MISSING["quote_id"]},
         "job_cancel": {"job_id": MISSING["job_id"]}, "job_status": {"job_id": MISSING["job_id"]},
         "job_continue": {"job_id": MISSING["job_id"]},
-        "job_results": {"job_id": MISSING["job_id"]}, "job_list": {},
+        "job_results": {"job_id": MISSING["job_id"]}, "job_list": {}, "audit_log": {},
         "wallet_read": {}, "workspace_show": {}, "workspace_provider_policy": {},
         "sql": {"query": "select 1"}, "model_list": {}, "model_show": {"name": "replay-strong"},
         "model_add": {"toml": 'name = "m"\nmodel = "m"\nprovider = "replay"\nreplay = "replay-strong.json"\n'
@@ -321,12 +323,8 @@ def test_a_second_user_uses_amber_only_through_the_api(tmp_path: Path, amber_hom
     assert amber_process("user", "add", "bob", env=host).returncode == 0
     alice = amber_process("token", "create", "--for", "alice", env=host).stdout.splitlines()[0]
     bob = amber_process("token", "create", "--for", "bob", "--days", "1", env=host).stdout.splitlines()[0]
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "amber_pipeline.cli", "serve", "--port", str(port)], env=host,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    server, url = serve(host)
     try:
-        url = f"http://127.0.0.1:{port}"
-        wait_until_up(url, server)
         as_alice = client_env(tmp_path / "alice", url)
         as_bob = client_env(tmp_path / "bob", url)
         for who, token in ((as_alice, alice), (as_bob, bob)):
@@ -359,6 +357,76 @@ def test_a_second_user_uses_amber_only_through_the_api(tmp_path: Path, amber_hom
     finally:
         stop_group(server)
 
+
+
+@pytest.mark.dagster_ui
+@pytest.mark.parametrize("stop", ["SIGTERM", "Ctrl-C"])
+def test_amber_serve_stops_with_everything_it_started(amber_home: Path, stop: str) -> None:
+    """Stopped as a service manager stops it (SIGTERM to it) or at its terminal (Ctrl-C: SIGINT to its process
+    group), `amber serve` has stopped every process it started by the time it exits: the daemon, the warm worker,
+    the API and the code server its Dagster UI started (which otherwise lives until its heartbeat runs out)."""
+    host = {**os.environ, "AMBER_HOME": str(amber_home)}
+    assert amber_process("user", "add", "stella", "--staff", env=host).returncode == 0
+    token = amber_process("token", "create", "--for", "stella", env=host).stdout.splitlines()[0]
+    server, url = serve(host)
+    try:
+        shown = httpx.post(f"{url}/ui/graphql", json={"query": "{ version }"}, timeout=120,
+                           headers={"Authorization": f"Bearer {token}"})
+        assert shown.status_code == 200, shown.text
+        started = descendants(server.pid)
+        assert any(b"dagster" in command and b"grpc" in command for command in started.values()), started
+        if stop == "SIGTERM":
+            os.kill(server.pid, signal.SIGTERM)
+        else:
+            os.killpg(server.pid, signal.SIGINT)
+        server.wait(timeout=60)
+        time.sleep(1)  # a process killed at the end may wait a moment for init to reap it
+        assert not {pid: command for pid, command in started.items() if running(pid)}
+    finally:
+        stop_group(server)
+
+
+def descendants(root: int) -> dict[int, bytes]:
+    """The processes `root` started and their children, with their command lines, from /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+            except (OSError, ValueError):
+                continue
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
+        found |= frontier
+    commands = {}
+    for pid in found:
+        with contextlib.suppress(OSError):
+            commands[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    return commands
+
+
+def running(pid: int) -> bool:
+    """Whether the process runs (a zombie, ended but not reaped yet, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def serve(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+    """`amber serve` on a free loopback port, as an operator starts it, once it answers; and its URL."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "amber_pipeline.cli", "serve", "--port", str(port)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_up(url, server)
+    except BaseException:
+        stop_group(server)
+        raise
+    return server, url
 
 
 def wait_until_up(url: str, server: subprocess.Popen[bytes]) -> None:

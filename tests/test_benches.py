@@ -29,3 +29,9 @@ def test_quote_accuracy_prints_its_figures() -> None:
     # A Benchmark never seen is never stopped at its ceiling, and every ratio is a real one.
     assert 0 < found["quote_accuracy_unseen_min"] <= found["quote_accuracy_unseen_max"] < 1.0, found
     assert 0 < found["quote_accuracy_min"] <= found["quote_accuracy_max"] <= 1.0, found
+
+
+def test_api_load_prints_its_figures_and_its_fuzz_finds_nothing() -> None:
+    found = figures("api_load.py", "--smoke")  # a fuzz failure fails the bench
+    assert {"api_requests_per_s", "api_p99_ms", "api_vs_inprocess_ratio", "api_fuzz_cases"} == set(found), found
+    assert found["api_fuzz_cases"] > 0 and all(v >= 0 for v in found.values()), found

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import shutil
 import textwrap
+from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
@@ -56,7 +58,8 @@ def test_definitions_load_with_cell_partitions_and_descriptions(amber_home: Path
             assert node.partitions_def.name == "cells"
             assert node.description and node.description.strip(), key
         assert defs.resolve_job_def("cell_job").partitions_def == cells
-        assert defs.resolve_job_def("submit_job") is not None
+        for job in ("submit_job", "continue_job", "start_quote"):
+            assert defs.resolve_job_def(job).description, job
         assert defs.resolve_sensor_def("job_request_sensor").job_name == "cell_job"
 
 
@@ -291,62 +294,95 @@ def test_warehouse_locking_never_fails_across_processes(tmp_path: Path, warehous
     assert len(set(seqs)) == submitted
 
 
-# ---- 6. submit_job: the Quote first, then the Job ---------------------------------------------------------------
+# ---- 6. submit_job shows the Quote, start_quote starts the Job ---------------------------------------------------
 
-def test_submit_job_shows_the_quote_before_reserving_and_can_stop_there(
+def quote_shown(result: dg.ExecuteInProcessResult) -> dict[str, Any]:
+    """What a submit_job or continue_job run showed: its step's output metadata, as the run's page shows it."""
+    [output] = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_OUTPUT]
+    assert output.event_specific_data.step_output_handle.output_name == "quote"
+    return {k: getattr(v, "value", v) for k, v in output.event_specific_data.metadata.items()}
+
+
+def start_quote(instance: dg.DagsterInstance, quote_id: str) -> dg.ExecuteInProcessResult:
+    return defs.resolve_job_def("start_quote").execute_in_process(
+        run_config={"ops": {"confirm_quote": {"config": {"quote_id": quote_id}}}}, instance=instance)
+
+
+def reservations(wh: Warehouse) -> list[tuple[str, Decimal]]:
+    with wh.query("default") as con:
+        return con.execute("select quote_id, amount from ledger where kind = 'reservation' order by seq").fetchall()
+
+
+def test_submit_job_shows_the_quote_and_start_quote_reserves_what_it_showed(
         tmp_path: Path, warehouse: Warehouse, instance: dg.DagsterInstance) -> None:
     funded(warehouse)
     bench = small_bench(tmp_path)
     submit_job = defs.resolve_job_def("submit_job")
+    assert [node.name for node in submit_job.nodes] == ["quote_job"]  # pricing is all it does
     config = {"benchmark": str(bench), "agent": "nop", "bounds": True, "workspace": "default"}
 
-    only = submit_job.execute_in_process(
-        run_config={"ops": {"quote_job": {"config": {**config, "quote_only": True}}}}, instance=instance)
-    assert only.success
-    assert records.list_jobs(warehouse, "default") == []  # nothing quoted, reserved or started
-    with warehouse.query("default") as con:
-        assert con.execute("select count(*) from ledger where kind = 'reservation'").fetchone() == (0,)
-    [quoted] = [e for e in only.all_events if e.event_type == dg.DagsterEventType.STEP_OUTPUT]
-    assert quoted.event_specific_data.step_output_handle.output_name == "quote"
-    shown = quoted.event_specific_data.metadata
+    quoted = submit_job.execute_in_process(run_config={"ops": {"quote_job": {"config": config}}},
+                                           instance=instance)
+    assert quoted.success
+    assert records.list_jobs(warehouse, "default") == []  # nothing reserved or started
+    assert reservations(warehouse) == []
+    shown = quote_shown(quoted)
     rows = {r.data["cell"]: r.data for r in shown["cells"].records}
     assert set(rows) == {"nop", "oracle"} and all(r["tasks"] == 2 for r in rows.values())
-    assert shown["estimate_usd"].value.startswith("$")
-    assert "Tasks this Job" in shown["detectable_change"].value
-    assert [e.step_key for e in only.all_events if e.event_type == dg.DagsterEventType.STEP_SKIPPED] == ["start_job"]
+    assert shown["estimate_usd"].startswith("$")
+    assert shown["ceiling_usd"] == shown["estimate_usd"]  # no ceiling asked: the estimate is what it reserves
+    assert "Tasks this Job" in shown["detectable_change"]
+    quote_id = shown["quote_id"]
+    assert quote_id.startswith("job-")  # the Job's id to be
+    assert instance.get_run_by_id(quoted.run_id).tags[JOB_TAG] == quote_id  # the Job's runs, filterable
+    assert f"launch start_quote with quote_id {quote_id}" in shown["next_step"]
 
-    started = submit_job.execute_in_process(run_config={"ops": {"quote_job": {"config": config}}},
-                                            instance=instance)
+    started = start_quote(instance, quote_id)
     assert started.success
     [job] = records.list_jobs(warehouse, "default")
-    assert job.status == "running"
-    assert started.output_for_node("start_job") == job.id
-    assert instance.get_run_by_id(started.run_id).tags[JOB_TAG] == job.id  # the Job's runs, filterable
+    assert job.id == quote_id and job.status == "running"
+    assert started.output_for_node("confirm_quote") == job.id
+    assert instance.get_run_by_id(started.run_id).tags[JOB_TAG] == job.id
     # What was shown is what was reserved.
-    with warehouse.query("default") as con:
-        [(amount,)] = con.execute("select amount from ledger where kind = 'reservation'").fetchall()
-    assert shown["estimate_usd"].value == show(amount)
+    [(_, amount)] = reservations(warehouse)
+    assert shown["estimate_usd"] == show(amount) and Decimal(shown["quote"]["reserves"]) == amount
 
 
 # ---- 7. continue_job: a Job past its ceiling, from the UI ---------------------------------------------------------
 
-def test_continue_job_reserves_the_missing_trials_and_queues_their_cell_runs(
+def test_continue_job_shows_the_missing_trials_and_start_quote_reserves_them_and_queues_their_cell_runs(
         tmp_path: Path, warehouse: Warehouse, instance: dg.DagsterInstance) -> None:
-    """What `amber job continue` does, launched from the Dagster UI: a cancelled Job runs again, its missing
-    Trials reserved, and its cells' runs queued at once under new run keys; a Job that completed is refused."""
+    """What `amber job continue` does, launched from the Dagster UI in two steps: continue_job prices a cancelled
+    Job's missing Trials, reserving nothing; start_quote reserves them, runs the Job again, and queues its
+    cells' runs at once under new run keys. A Job that completed is refused."""
     funded(warehouse)
     made, job = lifecycle.submit(warehouse, "default", local_user(), request(str(small_bench(tmp_path)), "nop"))
     lifecycle.cancel(warehouse, "default", job.id)
+    before = reservations(warehouse)
     continue_job = defs.resolve_job_def("continue_job")
-    ran = continue_job.execute_in_process(
-        run_config={"ops": {"continue_amber_job": {"config": {"workspace": "default", "job_id": job.id}}}},
+    priced = continue_job.execute_in_process(
+        run_config={"ops": {"quote_continuation": {"config": {"workspace": "default", "job_id": job.id}}}},
         instance=instance)
-    assert ran.success and ran.output_for_node("continue_amber_job") == job.id
+    assert priced.success
+    shown = quote_shown(priced)
+    quote_id = shown["quote_id"]
+    assert quote_id.startswith("quote-") and shown["job"] == job.id
+    assert instance.get_run_by_id(priced.run_id).tags[JOB_TAG] == job.id
+    # Shown, not reserved: the Job stays cancelled and no cell run is queued.
+    assert records.get_job(warehouse, job.id, "default").status == "cancelled"
+    assert reservations(warehouse) == before
+    assert instance.get_runs(dg.RunsFilter(job_name="cell_job")) == []
+
+    ran = start_quote(instance, quote_id)
+    assert ran.success and ran.output_for_node("confirm_quote") == job.id
     assert records.get_job(warehouse, job.id, "default").status == "running"
     assert instance.get_run_by_id(ran.run_id).tags[JOB_TAG] == job.id
     [cell] = records.cells_of(warehouse, job.id)
     queued = instance.get_runs(dg.RunsFilter(tags={JOB_TAG: job.id, CELL_TAG: cell.cell_key}))
     assert [r.tags["dagster/run_key"] for r in queued] == [f"{job.id}:{cell_file_id(cell.cell_key)}:r1"]
+    # What was shown is what was reserved, under the Quote's id.
+    assert reservations(warehouse)[len(before):] == [(quote_id, Decimal(shown["quote"]["reserves"]))]
+    assert shown["ceiling_usd"] == show(made.amount)
     with warehouse.query("default") as con:
         reserved = con.execute("select reserved from job_spending where job_id = ?", [job.id]).fetchone()[0]
     assert reserved == 2 * made.amount  # the Quote's, released at the cancel, and the same Trials again
@@ -356,8 +392,8 @@ def test_continue_job_reserves_the_missing_trials_and_queues_their_cell_runs(
         lifecycle.transition(con, job.id, "running")
         lifecycle.transition(con, job.id, "completed")
     refused = continue_job.execute_in_process(
-        run_config={"ops": {"continue_amber_job": {"config": {"workspace": "default", "job_id": job.id}}}},
+        run_config={"ops": {"quote_continuation": {"config": {"workspace": "default", "job_id": job.id}}}},
         instance=instance, raise_on_error=False)
     assert not refused.success
     [failure] = [e for e in refused.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
-    assert f"Job {job.id} is completed" in failure.event_specific_data.error.cause.message
+    assert failure.event_specific_data.user_failure_data.description.startswith(f"Job {job.id} is completed")

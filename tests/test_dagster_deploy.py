@@ -235,12 +235,31 @@ def deployment(pg: postgres.PostgresServer, engine2: dockerd.Dockerd, s3_server:
             stop_group(code_server)
 
 
-def wait_for(what: str, check: Callable[[], Any], budget: float) -> Any:
+def wait_for(what: str, check: Callable[[], Any], budget: float, state: Callable[[], str] = str) -> Any:
+    """``check``'s first true value within ``budget`` seconds; else fail, saying ``state()`` (what was seen)."""
     deadline = time.monotonic() + budget
     while (value := check()) in (None, False, [], {}):
-        assert time.monotonic() < deadline, f"no {what} within {budget} s"
+        assert time.monotonic() < deadline, f"no {what} within {budget} s {state()}".rstrip()
         time.sleep(0.3)
     return value
+
+
+def job_state(deployment: Deployment, job_id: str) -> str:
+    """What a waiting test saw of a Job: its status, its cells, its runs and their last events, and the daemon
+    log's last lines, so a wait that fails on another machine says where the Job stood."""
+    wh = deployment.wh
+    job = records.get_job(wh, job_id, None)
+    cells = [(c.cell_key, c.status, c.engine_pool) for c in records.cells_of(wh, job_id)]
+    lines = [f"Job {job_id}: {job.status}; cells {cells}"]
+    with deployment.instance() as instance:
+        for run in runs_of(instance, job_id):
+            events = [f"{e.dagster_event_type}: {(e.message or '')[:300]}" for e in instance.all_logs(run.run_id)]
+            events += [e.dagster_event.step_failure_data.error.to_string()[-3000:]
+                       for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE)]
+            lines += [f"run {run.run_id} {run.status} {dict(run.tags)}", *events[-15:]]
+    log = wh.paths.dagster_home / "daemon.log"
+    lines += log.read_text(errors="replace").splitlines()[-30:] if log.exists() else []
+    return "\n".join(["(seen:", *lines, ")"])
 
 
 def runs_of(instance: dg.DagsterInstance, job_id: str) -> list[dg.DagsterRun]:
@@ -400,13 +419,16 @@ def test_a_run_worker_killed_mid_cell_is_resumed_and_its_job_completes(tmp_path:
                                [job.id]).fetchone()[0]
 
     with deployment.instance() as instance:
-        wait_for("two Trials charged", lambda: charged() >= 2, 120)
+        wait_for("two Trials charged", lambda: charged() >= 2 or records.get_job(wh, job.id, None).ended, 240,
+                 lambda: job_state(deployment, job.id))
+        assert charged() >= 2, job_state(deployment, job.id)
         [first] = runs_of(instance, job.id)
         pid = int(first.tags["amber/worker_pid"])
         os.kill(pid, signal.SIGKILL)  # the third Trial is still running
         assert charged() == 2
 
-        wait_for(f"Job {job.id} to end", lambda: records.get_job(wh, job.id, None).ended, 180)
+        wait_for(f"Job {job.id} to end", lambda: records.get_job(wh, job.id, None).ended, 180,
+                 lambda: job_state(deployment, job.id))
         [run] = wait_for("the run's last events", lambda: finished_runs(instance, job.id, 1), 30)
         assert run.run_id == first.run_id and run.status == dg.DagsterRunStatus.SUCCESS  # the same run, resumed
         assert instance.count_resume_run_attempts(first.run_id) == 1

@@ -1,4 +1,5 @@
-"""End to end through a real `amber ui`: submit a Job over GraphQL, the warm worker launches its cell run.
+"""End to end through a real `amber ui`: a Job quoted by submit_job and started by start_quote over GraphQL, as
+the UI's two launches do; the warm worker launches its cell run.
 
 The webserver, daemon and warm worker run on the embedded instance of a temporary AMBER_HOME, started by
 `amber ui` itself; the cell run executes one real Trial in a Docker sandbox.
@@ -6,11 +7,13 @@ The webserver, daemon and warm worker run on the embedded instance of a temporar
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ from helpers import free_port, funded, stop_group
 from amber_pipeline import embedded
 from amber_pipeline.jobs import cell_names, records
 from amber_pipeline.money import wallet
+from amber_pipeline.money.prices import show
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
 
@@ -43,6 +47,12 @@ mutation($params: ExecutionParams!) {
 }"""
 RUN_STATUS = """
 query($runId: ID!) { runOrError(runId: $runId) { __typename ... on Run { status } } }"""
+# The metadata of a run's step outputs, as the run's page shows it (Quote: each value a text or a JSON)
+STEP_OUTPUTS = """
+query($runId: ID!) { logsForRun(runId: $runId) { ... on EventConnection { events {
+  ... on ExecutionStepOutputEvent { metadataEntries {
+    label ... on TextMetadataEntry { text } ... on JsonMetadataEntry { jsonString } } } } } } }"""
+TERMINAL = ("SUCCESS", "FAILURE", "CANCELED")
 RUNS_OF_JOB = """
 query($job: String!) {
   runsOrError(filter: {tags: [{key: "amber/job", value: $job}]}) {
@@ -76,6 +86,26 @@ class Dagster:
             assert time.monotonic() < deadline, f"no {what} within {budget} s:\n{self.tail()}"
             time.sleep(0.5)
 
+    def launch(self, job: str, op: str, config: dict[str, Any]) -> str:
+        """Launch `job` with `op`'s config, as the launchpad's Launch Run does; the run's id."""
+        params = {"selector": {**REPOSITORY, "jobName": job}, "runConfigData": {"ops": {op: {"config": config}}}}
+        launched = self.graphql(LAUNCH, {"params": params})["launchRun"]
+        assert launched["__typename"] == "LaunchRunSuccess", launched
+        return str(launched["run"]["runId"])
+
+    def ended(self, what: str, run_id: str, budget: float) -> str:
+        """The run's status once it has ended."""
+        def done() -> str | None:
+            status = self.graphql(RUN_STATUS, {"runId": run_id})["runOrError"]["status"]
+            return status if status in TERMINAL else None
+        return str(self.wait(f"{what} run end", budget, done))
+
+    def shown(self, run_id: str) -> dict[str, Any]:
+        """What the run's step output shows (a submit_job run's: the Quote), by label; JSON values parsed."""
+        events = self.graphql(STEP_OUTPUTS, {"runId": run_id})["logsForRun"]["events"]
+        return {m["label"]: json.loads(m["jsonString"]) if "jsonString" in m else m.get("text")
+                for e in events for m in e.get("metadataEntries", [])}
+
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
 
@@ -106,7 +136,8 @@ def _stop_group(proc: subprocess.Popen) -> None:
     assert embedded.daemon_pid(AmberPaths.from_env()) is None, "amber ui left its daemon running"
 
 
-def test_submit_job_through_graphql_runs_its_cell(dagster_dev: Dagster, tmp_path: Path) -> None:
+def test_submit_job_quotes_and_start_quote_runs_its_cell_through_graphql(dagster_dev: Dagster,
+                                                                          tmp_path: Path) -> None:
     started = time.monotonic()
     client = dagster_dev.client
     dagster_dev.wait("/server_info 200", STARTUP_BUDGET_S, lambda: client.get("/server_info").status_code == 200)
@@ -117,31 +148,33 @@ def test_submit_job_through_graphql_runs_its_cell(dagster_dev: Dagster, tmp_path
 
     dagster_dev.wait("LOADED code location", STARTUP_BUDGET_S - (time.monotonic() - started), amber_loaded)
 
-    funded(Warehouse(AmberPaths.from_env()))  # the Job's Quote is reserved from this Wallet
+    wh = Warehouse(AmberPaths.from_env())
+    funded(wh)  # the Job's Quote is reserved from this Wallet
     bench = tmp_path / "one-task-bench"
     shutil.copytree(PROJECT_ROOT / "examples" / "demo-bench" / "fix-off-by-one", bench / "fix-off-by-one")
-    params = {
-        "selector": {**REPOSITORY, "jobName": "submit_job"},
-        "runConfigData": {"ops": {"quote_job": {"config": {
-            "benchmark": str(bench), "agent": "nop", "model_configurations": [], "trials_per_task": 1,
-            "bounds": False}}}},
-    }
-    launched = dagster_dev.graphql(LAUNCH, {"params": params})["launchRun"]
-    assert launched["__typename"] == "LaunchRunSuccess", launched
-    run_id = launched["run"]["runId"]
     deadline = time.monotonic() + PIPELINE_BUDGET_S
 
     def left() -> float:
         return deadline - time.monotonic()
 
-    def submit_done() -> str | None:
-        status = dagster_dev.graphql(RUN_STATUS, {"runId": run_id})["runOrError"]["status"]
-        return status if status in ("SUCCESS", "FAILURE", "CANCELED") else None
+    # ---- submit_job shows the Quote, and reserves and starts nothing
+    quote_run = dagster_dev.launch("submit_job", "quote_job", {
+        "benchmark": str(bench), "agent": "nop", "model_configurations": [], "trials_per_task": 1, "bounds": False})
+    assert dagster_dev.ended("submit_job", quote_run, left()) == "SUCCESS"
+    assert records.list_jobs(wh, "default") == []
+    quote = dagster_dev.shown(quote_run)
+    job_id = quote["quote_id"]
+    assert job_id.startswith("job-") and quote["ceiling_usd"].startswith("$")
+    assert f"launch start_quote with quote_id {job_id}" in quote["next_step"]
 
-    assert dagster_dev.wait("submit_job run end", left(), submit_done) == "SUCCESS"
-    wh = Warehouse(AmberPaths.from_env())
+    # ---- start_quote with its id reserves it and starts the Job
+    start_run = dagster_dev.launch("start_quote", "confirm_quote", {"quote_id": job_id})
+    assert dagster_dev.ended("start_quote", start_run, left()) == "SUCCESS"
     [job] = records.list_jobs(wh, "default")
-    assert job.benchmark_label == "one-task-bench@1"
+    assert (job.id, job.benchmark_label) == (job_id, "one-task-bench@1")
+    with wh.read() as con:
+        reserved, _, _ = wallet.quote_totals(con, job.quote_id)
+    assert show(reserved) == quote["ceiling_usd"] and reserved == Decimal(quote["quote"]["reserves"])  # as shown
     [cell] = records.cells_of(wh, job.id)
 
     def cell_runs() -> list[dict[str, Any]]:
@@ -149,19 +182,15 @@ def test_submit_job_through_graphql_runs_its_cell(dagster_dev: Dagster, tmp_path
         return [r for r in found if r["jobName"] == "cell_job"]
 
     [run] = dagster_dev.wait("cell run", left(), cell_runs)
-    # The Job's runs are found by its tag: the submit_job run carries it too.
+    # The Job's runs are found by its tag: the submit_job run that quoted it and the start_quote run carry it too.
     job_runs = dagster_dev.graphql(RUNS_OF_JOB, {"job": job.id})["runsOrError"]["results"]
-    assert run_id in {r["runId"] for r in job_runs}
+    assert {quote_run, start_run} <= {r["runId"] for r in job_runs}
     tags = {t["key"]: t["value"] for t in run["tags"]}
     [name] = cell_names.read(wh, [cell.cell_key]).values()
     assert tags["dagster/partition"] == name == "one-task-bench@1/nop"
     assert tags["amber/cell"] == cell.cell_key
 
-    def cell_run_done() -> str | None:
-        status = dagster_dev.graphql(RUN_STATUS, {"runId": run["runId"]})["runOrError"]["status"]
-        return status if status in ("SUCCESS", "FAILURE", "CANCELED") else None
-
-    assert dagster_dev.wait("cell run end", left(), cell_run_done) == "SUCCESS"
+    assert dagster_dev.ended("cell run", run["runId"], left()) == "SUCCESS"
     [run] = cell_runs()
     assert {t["key"]: t["value"] for t in run["tags"]}["amber/worker_pid"].isdigit()  # Amber's run launcher
     job = records.get_job(wh, job.id, None)

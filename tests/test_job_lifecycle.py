@@ -415,6 +415,24 @@ def test_a_trial_that_cost_nothing_does_not_reach_the_ceiling(tmp_path: Path, wh
     assert totals(wh, made.id) == (made.amount, 0, 0)
 
 
+
+def test_a_cell_run_that_fails_before_its_first_trial_ends_its_cell_and_settles_its_job(tmp_path: Path,
+                                                                                         wh: Warehouse) -> None:
+    funded(wh)
+    source = bench(tmp_path, "one", {"ini-port-change": "ini-port-change"})
+    made, job = jobs.submit(wh, DEFAULT_WORKSPACE, local_user(), request(str(source), "oracle"))
+    [cell] = cells_of(wh, job.id)
+    with wh.write() as con:  # its Agent is no longer the one the Job was quoted for, as after an upgrade
+        con.execute("update job_cells set agent = 'nop' where job_id = ?", [job.id])
+    with pytest.raises(AmberError, match="changed since"):
+        pipeline.run_trials(wh, job.id, cell.cell_key)
+    # The run failed at its first read: the cell ends failed, saying why, and its Job settles, instead of a
+    # pending cell (which nothing launches again, since it has a run) holding the Job open with its money.
+    [after] = cells_of(wh, job.id)
+    assert after.status == "failed" and "changed since" in (after.message or ""), after
+    assert get_job(wh, job.id, None).status == "failed"
+    assert totals(wh, made.id) == (made.amount, 0, made.amount)
+
 # ---- 7. the CLI ----------------------------------------------------------------------------------------------
 
 def refused(result, *fragments: str) -> None:

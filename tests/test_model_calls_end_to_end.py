@@ -30,10 +30,8 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
-import duckdb
-import pyarrow.parquet as pq
 import pytest
-from helpers import cli, funded, ok, refusal, request
+from helpers import cli, funded, ok, refusal, request, stored_contents
 
 from amber_pipeline.agents.catalog import AGENTS
 from amber_pipeline.benchmarks import static
@@ -344,22 +342,6 @@ def test_a_terminus_2_trial_is_charged_what_the_proxy_metered_with_the_agents_ow
 
 
 # ---- (d) the key grep: a Provider's key is nowhere Amber writes ------------------------------------------------------
-
-def stored_contents(home: Path) -> Iterator[tuple[Path, str, bytes]]:
-    """Every file under ``home`` as its bytes ("raw"); Parquet and DuckDB files, whose pages are compressed (so a
-    key in them need not appear as its bytes), also decoded: every value of every table ("parquet", "duckdb")."""
-    for path in sorted(p for p in home.rglob("*") if p.is_file()):
-        data = path.read_bytes()
-        yield path, "raw", data
-        if data[:4] == b"PAR1":
-            yield path, "parquet", json.dumps(pq.read_table(path).to_pylist(), default=str).encode()
-        elif data[8:12] == b"DUCK":
-            with duckdb.connect(str(path), read_only=True) as con:
-                tables = con.execute("select schema_name, table_name from duckdb_tables()").fetchall()
-                for schema, table in tables:
-                    values = con.execute(f'select * from "{schema}"."{table}"').fetchall()
-                    yield path, "duckdb", json.dumps(values, default=str).encode()
-
 
 def test_no_provider_key_is_written_anywhere_printed_or_logged(
         providers: Providers, warehouse: Warehouse, amber_home: Path, capfd: pytest.CaptureFixture[str],

@@ -18,6 +18,7 @@ from servers.postgres import PostgresServer
 from amber_pipeline.money import wallet
 from amber_pipeline.paths import AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
+from amber_pipeline.warehouse.postgres import PostgresCatalog
 
 
 @pytest.fixture
@@ -32,16 +33,25 @@ def pg_wh(pg_url: str) -> Warehouse:
     return Warehouse(AmberPaths.from_env())
 
 
-def test_the_database_refuses_to_change_or_remove_a_ledger_entry(pg_wh: Warehouse, pg_url: str) -> None:
-    funded(pg_wh, "ws", "5")
-    for statement in ("update ledger set amount = 0", "delete from ledger", "truncate ledger"):
-        with (psycopg2.connect(pg_url) as conn, conn.cursor() as cur,  # the same role Amber connects as
-              pytest.raises(psycopg2.Error, match="the ledger is append-only")):
-            cur.execute(statement)
-        with pytest.raises(psycopg2.Error, match="append-only"), pg_wh.write("ws") as con:
-            con.execute(statement)
+def test_the_database_refuses_to_change_or_remove_a_ledger_or_audit_log_entry(pg_wh: Warehouse, pg_url: str) -> None:
+    funded(pg_wh, "ws", "5")  # a Credit: a ledger entry, and the audit log's row of who added it
+    audited = audit_rows(pg_wh)
+    assert [(action, workspace) for _, action, workspace in audited] == [("credit", "ws")]
+    for table, name, column in (("ledger", "ledger", "amount = 0"), ("audit", "audit log", "user_name = 'nobody'")):
+        for statement in (f"update {table} set {column}", f"delete from {table}", f"truncate {table}"):
+            with (psycopg2.connect(pg_url) as conn, conn.cursor() as cur,  # the same role Amber connects as
+                  pytest.raises(psycopg2.Error, match=f"the {name} is append-only")):
+                cur.execute(statement)
+            with pytest.raises(psycopg2.Error, match="append-only"), pg_wh.write("ws") as con:
+                con.execute(statement)
     assert wallet.read(pg_wh, "ws")[0].balance == Decimal("5")
+    assert audit_rows(pg_wh) == audited
     assert not (AmberPaths.from_env().catalog).exists()  # nothing went to a DuckDB file on the side
+
+
+def audit_rows(wh: Warehouse) -> list[tuple]:
+    with wh.read() as con:
+        return con.execute("select user_name, action, workspace from audit order by seq").fetchall()
 
 
 def test_a_wallet_write_waits_only_for_writes_of_its_own_workspace(pg_wh: Warehouse) -> None:
@@ -102,6 +112,24 @@ def test_a_write_that_names_no_workspace_waits_for_every_writer(pg_wh: Warehouse
     holder.join(30)
     writer.join(30)
 
+
+def test_a_new_process_does_not_lock_the_catalog_to_make_a_schema_it_has(pg_wh: Warehouse, pg_url: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    funded(pg_wh, "ws", "5")
+    # Another process reads the ledger, in a transaction still open (a report, a cell run's charge).
+    with psycopg2.connect(pg_url) as conn, conn.cursor() as cur:
+        cur.execute("select count(*) from ledger")
+        monkeypatch.setattr(PostgresCatalog, "_ready", set())  # as in a process that starts now
+        read: list[Decimal] = []
+        first = threading.Thread(target=lambda: read.append(wallet.read(pg_wh, "ws")[0].balance), daemon=True)
+        first.start()
+        first.join(20)
+        # Its first read went ahead: it did not wait for that transaction to remake the ledger's triggers
+        # (which once deadlocked a cell run's first read with another process).
+        alive = first.is_alive()
+        conn.rollback()
+    first.join(20)
+    assert not alive and read == [Decimal("5")]
 
 def test_a_catalog_that_does_not_answer_is_one_sentence(amber_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AMBER_CATALOG_URL", f"postgresql://amber:secret@127.0.0.1:{free_port()}/amber")

@@ -267,7 +267,7 @@ CASES: list[tuple[str, list[str], str]] = [
      "nowhere"),
     ("workspace-bad-name", ["workspace", "create", "bad name!"], "bad name!"),
     ("workspace-duplicate", ["workspace", "create", "default"], "default"),
-    ("workspace-duplicate-other-case", ["workspace", "create", "DEFAULT"], "already exists"),
+    ("workspace-duplicate-other-case", ["workspace", "create", "DEFAULT"], "DEFAULT is not available"),
     ("workspace-add-member-not-yours", ["--user", "alice", "workspace", "add-member", "other", "carol"],
      "other"),
     ("workspace-use-not-yours", ["workspace", "use", "other"], "other"),

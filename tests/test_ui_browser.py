@@ -1,4 +1,5 @@
-"""The Dagster UI in a real browser: launch a Job from submit_job's launchpad, then read its cells' scores.
+"""The Dagster UI in a real browser: quote a Job from submit_job's launchpad, start it from start_quote's with the
+Quote's id the run showed, then read its cells' scores.
 
 The UI that tests/test_dagster_ui.py's fixture starts on a temporary AMBER_HOME, as `amber ui` does, driven
 through Selenium by Debian's headless Chromium and chromedriver, named by path so Selenium Manager never looks
@@ -31,7 +32,9 @@ from selenium.webdriver.support.ui import WebDriverWait
 from test_dagster_ui import RUN_STATUS, RUNS_OF_JOB, Dagster, dagster_dev  # noqa: F401 - the fixture
 
 from amber_pipeline.jobs import records
+from amber_pipeline.money import wallet
 from amber_pipeline.money.identity import DEFAULT_WORKSPACE
+from amber_pipeline.money.prices import show
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
 
@@ -46,6 +49,12 @@ CELLS_BUDGET_S = 240  # the Job's cell runs starting and all of them finishing
 TERMINAL = ("SUCCESS", "FAILURE", "CANCELED")
 # A 95% CI as the UI shows it, "[0.000, 1.000]" (a narrow column may wrap it after the comma)
 CI = re.compile(r"\[\s*-?\d+\.\d{3}\s*,\s*-?\d+\.\d{3}\s*\]")
+DOLLARS = r"\$\d[\d,]*\.\d+"  # an amount as the UI shows it (money/prices.show)
+# The submit_job run's log: the Quote's next step, with what confirming it reserves and its id
+SHOWN = re.compile(rf"to reserve ({DOLLARS}) from {DEFAULT_WORKSPACE}'s Wallet and start the Job, launch start_quote "
+                   r"with quote_id (job-[0-9a-f]+)")
+# The start_quote run's log: what it reserved, for which Job
+RESERVED = re.compile(rf"reserved ({DOLLARS}) for (job-[0-9a-f]+)")
 LOCATION = """{ workspaceOrError { ... on Workspace { locationEntries {
   name loadStatus locationOrLoadError { __typename ... on PythonError { message } } } } } }"""
 STEP_FAILURES = """
@@ -58,6 +67,7 @@ INNER_ROWS_JS = ("return Array.from(document.querySelectorAll('tr'))"
 GET_CONFIG_JS = ("const e = document.querySelector('.CodeMirror');"
                  "return e && e.CodeMirror ? e.CodeMirror.getValue() : '';")
 SET_CONFIG_JS = "document.querySelector('.CodeMirror').CodeMirror.setValue(arguments[0]);"
+EDITOR_JS = "const e = document.querySelector('.CodeMirror'); return !!(e && e.CodeMirror);"
 
 T = TypeVar("T")
 
@@ -152,32 +162,35 @@ def test_launch_a_job_from_the_launchpad_and_read_its_cells_ci(
     ui = UI(browser, str(client.base_url).rstrip("/"), tmp_path)
 
     with ui.evidence():
-        # ---- the launchpad: the demo request it opens with becomes ours, then Launch Run
+        # ---- submit_job's launchpad: the demo request it opens with becomes ours, then Launch Run
         ui.open("/locations/amber/jobs/submit_job/playground")
         default = ui.until("the launchpad's editor with the default request",
                            lambda d: "benchmark:" in (text := d.execute_script(GET_CONFIG_JS)) and text,
                            FIRST_PAGE_BUDGET_S)
-        run_config = smaller_request(default, bench)
-        # The editor is CodeMirror 5: set its text through its own API, which fires the change the launchpad
-        # listens to (typing into it would fight its auto-indent and autocompletion).
-        browser.execute_script(SET_CONFIG_JS, run_config)
-        ui.until("our request in the editor", lambda d: d.execute_script(GET_CONFIG_JS) == run_config)
-        ui.until("a config without errors", lambda d: "No errors" in d.find_element(By.TAG_NAME, "body").text)
-        ui.until("an enabled Launch Run button", lambda d: ui.button("Launch Run")).click()
+        quote_run = launch(ui, smaller_request(default, bench))
 
-        # ---- the submit_job run's page: its log names the Job
-        run_id = ui.until("the launched run's page", lambda d: (m := re.search(
-            r"/runs/([0-9a-f-]{36})", d.current_url)) and m.group(1))
-        job_id = ui.until("'Submitted job-…' in the run's log", lambda d: (m := re.search(
-            r"Submitted (job-[0-9a-f]+)", d.find_element(By.TAG_NAME, "body").text)) and m.group(1))
+        # ---- the submit_job run's page: its log shows the Quote's id and what confirming it reserves
+        shown_amount, job_id = ui.until("the Quote's next step in the run's log", lambda d: (m := SHOWN.search(
+            d.find_element(By.TAG_NAME, "body").text)) and m.groups())
+    assert run_status(dagster_dev, "submit_job", quote_run) == "SUCCESS"
+    assert records.list_jobs(wh, DEFAULT_WORKSPACE) == []  # shown, nothing reserved or started
 
-    def run_done() -> str | None:
-        status = dagster_dev.graphql(RUN_STATUS, {"runId": run_id})["runOrError"]["status"]
-        return status if status in TERMINAL else None
+    with ui.evidence():
+        # ---- start_quote's launchpad: the id the Quote showed, then Launch Run
+        ui.open("/locations/amber/jobs/start_quote/playground")
+        ui.until("the launchpad's editor", lambda d: d.execute_script(EDITOR_JS))
+        start_run = launch(ui, yaml.safe_dump({"ops": {"confirm_quote": {"config": {"quote_id": job_id}}}}))
+        assert start_run != quote_run
 
-    assert dagster_dev.wait("submit_job run end", PAGE_BUDGET_S, run_done) == "SUCCESS"
+        # ---- the start_quote run's page: its log names the Job and what it reserved
+        reserved_amount, started_id = ui.until("'reserved $… for job-…' in the run's log", lambda d: (
+            m := RESERVED.search(d.find_element(By.TAG_NAME, "body").text)) and m.groups())
+    assert run_status(dagster_dev, "start_quote", start_run) == "SUCCESS"
     [job] = records.list_jobs(wh, DEFAULT_WORKSPACE)
-    assert (job.id, job.benchmark_label) == (job_id, "ui-bench@1")
+    assert (job.id, job.benchmark_label) == (job_id, "ui-bench@1") and started_id == job_id
+    with wh.read() as con:
+        reserved, _, _ = wallet.quote_totals(con, job.quote_id)
+    assert shown_amount == reserved_amount == show(reserved)  # the Quote shown is what was reserved
     agents = {c.cell_key: c.agent for c in records.cells_of(wh, job_id)}
     assert sorted(agents.values()) == ["nop", "oracle"]
 
@@ -206,6 +219,26 @@ def test_launch_a_job_from_the_launchpad_and_read_its_cells_ci(
         ui.open("/assets/cell_aggregates")
         ui.until("the latest materialization's cell with its 95% CI on the overview", lambda d: any(
             _row_naming(ui.rows(), agent) for agent in agents.values()))
+
+
+def launch(ui: UI, run_config: str) -> str:
+    """Put `run_config` in the launchpad's editor and click Launch Run; the id of the run whose page opens."""
+    # The editor is CodeMirror 5: set its text through its own API, which fires the change the launchpad
+    # listens to (typing into it would fight its auto-indent and autocompletion).
+    ui.driver.execute_script(SET_CONFIG_JS, run_config)
+    ui.until("our request in the editor", lambda d: d.execute_script(GET_CONFIG_JS) == run_config)
+    ui.until("a config without errors", lambda d: "No errors" in d.find_element(By.TAG_NAME, "body").text)
+    ui.until("an enabled Launch Run button", lambda d: ui.button("Launch Run")).click()
+    return ui.until("the launched run's page", lambda d: (m := re.search(r"/runs/([0-9a-f-]{36})",
+                                                                          d.current_url)) and m.group(1))
+
+
+def run_status(dagster: Dagster, what: str, run_id: str) -> str:
+    """The run's status once it has ended."""
+    def done() -> str | None:
+        status = dagster.graphql(RUN_STATUS, {"runId": run_id})["runOrError"]["status"]
+        return status if status in TERMINAL else None
+    return str(dagster.wait(f"{what} run end", PAGE_BUDGET_S, done))
 
 
 def step_failures(dagster: Dagster, run_id: str) -> list[str]:

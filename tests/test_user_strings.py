@@ -169,10 +169,11 @@ def test_a_user_id_that_cannot_show_on_one_line_as_typed_is_refused(home: Path, 
 
 def test_workspace_names_are_unique_ignoring_case_and_matched_exactly(home: Path, warehouse: Warehouse) -> None:
     ok(amber(home, "alice", "workspace", "create", "ws1"))
+    # Taken, in another case: the same sentence for a member and for a stranger, naming only what they typed.
     assert refusal(amber(home, "bob", "workspace", "create", "WS1")) == \
-        "A Workspace named ws1 already exists: choose another name."
+        "The Workspace name WS1 is not available: choose another name."
     assert refusal(amber(home, "alice", "workspace", "create", "Ws1")) == \
-        "A Workspace named ws1 already exists: choose another name."
+        "The Workspace name Ws1 is not available: choose another name."
     assert table_column(ok(amber(home, "alice", "workspace", "list"))) == ["ws1"]
     assert refusal(amber(home, "alice", "--workspace", "WS1", "wallet")) == \
         "No Workspace WS1 among yours: see yours with `amber workspace list`."
@@ -198,7 +199,8 @@ def test_a_catalog_holding_names_equal_but_for_case_still_opens(tmp_path: Path, 
         con.execute("""insert into ledger (created_at, workspace, kind, amount, reason, entry_key) values
                        (now(), 'ws1', 'credit', 1, 'a', 'k1'), (now(), 'WS1', 'credit', 2, 'b', 'k2'),
                        (now(), 'ws1', 'credit', 3, 'c', 'k3')""")
-    assert refusal(amber(home, "carol", "workspace", "create", "wS1")).startswith("A Workspace named ")
+    assert refusal(amber(home, "carol", "workspace", "create", "wS1")) == \
+        "The Workspace name wS1 is not available: choose another name."
     for user, name, amounts in (("alice", "ws1", ["1.000000", "3.000000"]), ("bob", "WS1", ["2.000000"])):
         ledger = json.loads(ok(amber(home, user, "--workspace", name, "wallet", "--json")))["ledger"]
         assert [e["amount"] for e in ledger] == amounts

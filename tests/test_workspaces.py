@@ -137,9 +137,23 @@ def test_trial_rows_of_another_workspace_are_invisible_in_sql(home: Path, wareho
     assert "ini-port-change" not in ok(amber(home, "bob", "--workspace", "b", "sql", "select task_name from trials"))
 
 
+NOT_AVAILABLE = "The Workspace name {} is not available: choose another name."
+
+
+def test_a_name_that_is_taken_reads_the_same_whoever_has_it_and_however_it_is_written(home: Path) -> None:
+    """Taken by a Workspace of one's own, by another's in any case, or reserved ("public", which owns the public
+    Benchmark Versions): the same sentence, naming the name as typed, so bob never learns whose it is or how its
+    owner wrote it."""
+    ok(amber(home, "alice", "workspace", "create", "Team"))
+    for user, name in (("alice", "Team"), ("alice", "team"), ("bob", "team"), ("bob", "TEAM"), ("bob", "public"),
+                       ("bob", "Public")):
+        assert refusal(amber(home, user, "workspace", "create", name)) == NOT_AVAILABLE.format(name), (user, name)
+    assert ok(amber(home, "bob", "workspace", "list")).count("│") == 0  # and nothing was made
+
+
 def test_membership_and_staff(home: Path, warehouse: Warehouse) -> None:
     ok(amber(home, "alice", "workspace", "create", "a"))
-    assert "already exists" in refusal(amber(home, "bob", "workspace", "create", "a"))
+    assert refusal(amber(home, "bob", "workspace", "create", "a")) == NOT_AVAILABLE.format("a")
     # Only members add members; bob is not one, and the refusal does not reveal that a exists.
     assert "No Workspace a among yours" in refusal(amber(home, "bob", "workspace", "add-member", "a", "bob"))
     ok(amber(home, "alice", "workspace", "add-member", "a", "bob"))

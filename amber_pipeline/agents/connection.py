@@ -1,7 +1,7 @@
 """How each Agent reaches a Model: through the model proxy, with its Trial token.
 
-`harbor_agent` gives Harbor's agent (by name,
-or by import path for the classes below), the model name in its own
+`harbor_agent` gives Harbor's agent (by name for those that call no Model,
+else by the import path of Amber's class of it), the model name in its own
 convention, and the proxy's address and the Trial token where that Agent
 looks for a base URL and an API key (all checked against Harbor 0.25's
 sources, and end to end against the provider double):
@@ -20,7 +20,14 @@ sources, and end to end against the provider double):
   Completions) at the proxy's ``/v1``, or ``anthropic/<model>`` at its root;
   litellm's price list is read locally (no fetch from a sandbox that cannot
   reach it).
-- Terminus-2 runs on the host, through litellm the same way.
+- Terminus-2 runs on the host, through litellm the same way; its OpenAI-style
+  calls name no organization or project (litellm and the openai SDK would
+  take them from the server's environment: OPENAI_ORGANIZATION, OPENAI_ORG_ID,
+  OPENAI_PROJECT_ID).
+
+Every Agent that calls a Model runs as Amber's subclass of Harbor's class
+(`agents.installed`, `agents.terminus`), which reads none of the server's
+environment: what is given here is all it has.
 """
 
 from __future__ import annotations
@@ -29,9 +36,16 @@ from dataclasses import dataclass, field
 
 from amber_pipeline.agents.catalog import AgentSpec
 
-# Harbor's installed Agents as Amber runs them (`agents.installed`, imported by Harbor from this path, so that
-# naming one here does not import Harbor).
-_CLASSES = {"claude-code": "ClaudeCode", "codex": "Codex", "pi": "Pi", "mini-swe-agent": "MiniSweAgent"}
+# Harbor's Agents as Amber runs them, imported by Harbor from these paths (so that naming one here does not
+# import Harbor).
+_CLASSES = {"terminus-2": "amber_pipeline.agents.terminus:Terminus2",
+            "claude-code": "amber_pipeline.agents.installed:ClaudeCode",
+            "codex": "amber_pipeline.agents.installed:Codex",
+            "pi": "amber_pipeline.agents.installed:Pi",
+            "mini-swe-agent": "amber_pipeline.agents.installed:MiniSweAgent"}
+# Headers litellm and the openai SDK fill from the server's environment when a call names none; sent empty, they
+# carry nothing.
+_NO_OPENAI_ACCOUNT = {"OpenAI-Organization": "", "OpenAI-Project": ""}
 
 
 @dataclass(frozen=True)
@@ -58,8 +72,10 @@ def harbor_agent(spec: AgentSpec, *, litellm_prefix: str | None = None, model: s
     v1 = proxy if anthropic else f"{proxy}/v1"  # Anthropic's clients add /v1/messages themselves
     litellm_model = f"{'anthropic' if anthropic else litellm_prefix}/{model}"
     if spec.software is None:  # Terminus-2, on the host: litellm
-        return HarborAgent(name=spec.name, model_name=litellm_model,
-                           kwargs=kwargs | {"api_base": v1, "llm_kwargs": {"api_key": token}})
+        kwargs |= {"api_base": v1, "llm_kwargs": {"api_key": token}}
+        if not anthropic:
+            kwargs["llm_call_kwargs"] = {"extra_headers": dict(_NO_OPENAI_ACCOUNT)}
+        return HarborAgent(import_path=_CLASSES[spec.name], model_name=litellm_model, kwargs=kwargs)
     kwargs |= {"version": spec.software.version, "base_url": v1}
     key = "ANTHROPIC_API_KEY" if anthropic else "OPENAI_API_KEY"
     env = {key: token}
@@ -71,5 +87,4 @@ def harbor_agent(spec: AgentSpec, *, litellm_prefix: str | None = None, model: s
         kwargs["model_api"] = "anthropic-messages" if anthropic else "openai-completions"
     if spec.name == "mini-swe-agent":
         env |= {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "MSWEA_COST_TRACKING": "ignore_errors"}
-    return HarborAgent(import_path=f"amber_pipeline.agents.installed:{_CLASSES[spec.name]}", model_name=litellm_model,
-                       kwargs=kwargs, env=env)
+    return HarborAgent(import_path=_CLASSES[spec.name], model_name=litellm_model, kwargs=kwargs, env=env)

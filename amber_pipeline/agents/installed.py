@@ -4,7 +4,8 @@ Harbor's Claude Code, Codex CLI, pi and mini-swe-agent install themselves in
 the sandbox at setup (nvm, curl, uv, npm). An Amber sandbox has no network, so
 their software is put into the image beforehand (`sandbox.agent_image`), and
 setup only checks that it runs: a Task image it cannot run in fails the Trial
-at once with one sentence, instead of after an installer's timeouts.
+at once with one sentence, instead of after an installer's timeouts. None of
+them reads the environment of the process that runs it (`agents.allowlist`).
 
 How each one is pointed at the proxy is `agents.connection`'s.
 """
@@ -20,6 +21,7 @@ from harbor.agents.installed.mini_swe_agent import MiniSweAgent as _MiniSweAgent
 from harbor.agents.installed.pi import Pi as _Pi
 from harbor.environments.base import BaseEnvironment
 
+from amber_pipeline.agents.allowlist import OwnEnvironment
 from amber_pipeline.agents.catalog import agent_spec
 
 
@@ -36,17 +38,28 @@ async def _check_software(agent: BaseInstalledAgent, environment: BaseEnvironmen
                            "linux-x64.")
 
 
-class ClaudeCode(_ClaudeCode):
+class ClaudeCode(OwnEnvironment, _ClaudeCode):
+    # Harbor's run() copies these from os.environ into its commands' env itself. What Amber gives an Agent
+    # reaches its commands another way (the Trial's env), so only the server's values are dropped.
+    _READ_FROM_HOST = frozenset({"CLAUDE_CODE_MAX_OUTPUT_TOKENS", "CLAUDE_CODE_DISABLE_ADAPTIVE_THINKING"})
+
+    async def install(self, environment: BaseEnvironment) -> None:
+        await _check_software(self, environment)
+
+    async def _exec(self, environment: BaseEnvironment, command: str, user: str | int | None = None,
+                    env: dict[str, str] | None = None, cwd: str | None = None,
+                    timeout_sec: int | None = None) -> Any:
+        kept = {name: value for name, value in (env or {}).items() if name not in self._READ_FROM_HOST}
+        return await super()._exec(environment, command, user=user, env=kept or None, cwd=cwd,
+                                   timeout_sec=timeout_sec)
+
+
+class Codex(OwnEnvironment, _Codex):
     async def install(self, environment: BaseEnvironment) -> None:
         await _check_software(self, environment)
 
 
-class Codex(_Codex):
-    async def install(self, environment: BaseEnvironment) -> None:
-        await _check_software(self, environment)
-
-
-class Pi(_Pi):
+class Pi(OwnEnvironment, _Pi):
     async def install(self, environment: BaseEnvironment) -> None:
         await _check_software(self, environment)
 
@@ -59,6 +72,6 @@ class Pi(_Pi):
         return models
 
 
-class MiniSweAgent(_MiniSweAgent):
+class MiniSweAgent(OwnEnvironment, _MiniSweAgent):
     async def install(self, environment: BaseEnvironment) -> None:
         await _check_software(self, environment)

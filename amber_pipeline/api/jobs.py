@@ -21,6 +21,7 @@ from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import lifecycle, quotes, records, recovery
 from amber_pipeline.jobs.quotes import Quote
 from amber_pipeline.jobs.request import JobRequest
+from amber_pipeline.money.amounts import Amount, Ceiling, as_text
 from amber_pipeline.money.identity import SIGNED_IN
 from amber_pipeline.sandbox import docker_engine
 from amber_pipeline.warehouse.catalog import Warehouse
@@ -81,8 +82,17 @@ FOLDER_SUFFIX = ".tar.gz"
 
 
 class QuoteRequest(JobRequest):
+    ceiling_usd: Ceiling | None = Field(  # type: ignore[assignment]  # the text typed; the Job keeps its float
+        None, description=f"{JobRequest.model_fields['ceiling_usd'].description} A plain decimal string, like "
+                          "\"12.50\".")
     folder: str | None = Field(None, description="When `benchmark` names a folder of Tasks: the folder, sent as "
                                                  "the request's file: NAME.tar.gz holding the folder NAME.")
+
+    @classmethod
+    def of(cls, request: JobRequest, folder: str | None = None) -> QuoteRequest:
+        """`request` as the API takes it: its ceiling as the plain text of its amount."""
+        ceiling = None if request.ceiling_usd is None else as_text(request.ceiling_usd)
+        return cls(**(request.model_dump() | {"ceiling_usd": ceiling}), folder=folder)
 
 
 @operation("POST", "/quotes", uploads=("folder",))
@@ -158,8 +168,8 @@ def job_cancel(acting: Acting, params: JobRef) -> records.Job:
 
 class ContinueRequest(BaseModel):
     job_id: str = Field(description="An Amber Job id (job-...).")
-    amount: str | None = Field(None, description="Dollars to reserve instead of the estimate of the missing Trials: "
-                                                 "a plain decimal string, like \"12.50\".")
+    amount: Amount | None = Field(None, description="Dollars to reserve instead of the estimate of the missing "
+                                                    "Trials: a plain decimal string, like \"12.50\".")
 
 
 @operation("POST", "/jobs/{job_id}/continue")

@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 from amber_pipeline.api.operations import Acting, operation
 from amber_pipeline.money import wallet, workspaces
+from amber_pipeline.money.amounts import Amount
 
 
 class WorkspaceName(BaseModel):
@@ -41,7 +42,7 @@ class Policy(BaseModel):
 
 
 class CreditRequest(BaseModel):
-    amount: str = Field(description="US dollars, e.g. 100 or 12.50.")
+    amount: Amount = Field(description="US dollars as a plain decimal string, e.g. \"100\" or \"12.50\".")
     reason: str = Field("", description="Why the Credit is given (required).")
 
 

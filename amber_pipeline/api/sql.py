@@ -1,4 +1,5 @@
-"""SQL over the Workspace's views, confined to them (`warehouse/confined.py`), with a row cap and a time limit."""
+"""SQL over the Workspace's views, confined to them (`warehouse/confined.py`), with a row cap, a byte cap and a
+time limit."""
 
 from __future__ import annotations
 

@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 
 from amber_pipeline.auth import users
 from amber_pipeline.errors import AmberError, NotFound
+from amber_pipeline.money import audit
 from amber_pipeline.money.user_text import quoted
 from amber_pipeline.warehouse.catalog import Warehouse
 
@@ -68,7 +69,8 @@ def _digest(secret: str) -> str:
 
 
 def create(wh: Warehouse, user: str, name: str = "", days: int = DEFAULT_DAYS) -> Minted:
-    """A new token for `user` (who must exist), valid for `days` days."""
+    """A new token for `user` (who must exist), valid for `days` days; the audit log names who made it (the user
+    the running operation acts for, `audit.actor`)."""
     if not 0 < days <= MAX_DAYS:
         raise AmberError(f"A token lives 1 to {MAX_DAYS} days, not {days}: give --days in that range.")
     users.get(wh, user)
@@ -79,6 +81,7 @@ def create(wh: Warehouse, user: str, name: str = "", days: int = DEFAULT_DAYS) -
     with wh.write() as con:
         con.execute("insert into api_tokens values (?, ?, ?, ?, ?, ?, null)",
                     [token.id, user, _digest(secret), token.name, token.created_at, token.expires_at])
+        audit.record(con, "token_create", audit.actor(), token_id=token.id, token_user=user)
     return Minted(token, secret)
 
 
@@ -118,7 +121,7 @@ def list_for(wh: Warehouse, user: str) -> list[Token]:
 
 
 def revoke(wh: Warehouse, user: str, token_id: str, *, staff: bool = False) -> Token:
-    """Revoke one of `user`'s tokens (staff: anyone's). Another user's token reads as a missing one."""
+    """Revoke one of `user`'s tokens (staff: anyone's), as `user`. Another user's token reads as a missing one."""
     with wh.write() as con:
         row = con.execute(f"select {_COLUMNS} from api_tokens where id = ? and (user_name = ? or ?)",
                           [token_id, user, staff]).fetchone()
@@ -128,4 +131,5 @@ def revoke(wh: Warehouse, user: str, token_id: str, *, staff: bool = False) -> T
         if token.revoked_at is None:
             token = dataclasses.replace(token, revoked_at=datetime.now(UTC))
             con.execute("update api_tokens set revoked_at = ? where id = ?", [token.revoked_at, token_id])
+            audit.record(con, "token_revoke", user, token_id=token_id, token_user=token.user)
     return token

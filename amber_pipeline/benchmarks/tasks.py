@@ -16,6 +16,7 @@ run, before anything is reserved or written.
 from __future__ import annotations
 
 import copy
+import io
 import os
 import re
 import tomllib
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
     from harbor.models.task.config import TaskConfig
 
 TASK_FILE = "task.toml"
+# A task.toml holds a Task's settings, a few kilobytes; past this it is refused before it is parsed, since TOML and
+# Harbor's schema would hold many times its size in memory.
+MAX_TASK_FILE_BYTES = 1 << 20
 # A Task's name is also a folder name (of its Trials, of its copy in a Benchmark Version): letters, digits, '.', '_'
 # and '-', starting with a letter or digit (so never '.', '..' or a hidden folder), at most 128 characters.
 TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -81,7 +85,12 @@ def read_config(toml_path: Path) -> tuple[dict[str, Any], TaskConfig]:
     from harbor.models.task.config import TaskConfig  # deferred: harbor imports are slow
 
     try:
-        text = toml_path.read_text(encoding="utf-8")  # as Harbor reads it, whatever the locale
+        with toml_path.open("rb") as file:
+            data = file.read(MAX_TASK_FILE_BYTES + 1)
+        if len(data) > MAX_TASK_FILE_BYTES:
+            raise AmberError(f"{toml_path} is larger than {MAX_TASK_FILE_BYTES >> 20} MB: a task.toml holds a Task's "
+                             "settings, so keep data in the Task's other files.")
+        text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8").read()  # as Harbor reads it, whatever the locale
         if text.startswith("\ufeff"):  # tomllib, and so Harbor, refuses it
             raise AmberError(f"{toml_path} starts with a byte-order mark, which TOML does not allow: save it as "
                              "UTF-8 without one and submit again.")

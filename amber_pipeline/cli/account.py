@@ -33,13 +33,17 @@ app.add_typer(token_app, name="token")
 @app.command("serve")
 def serve(ctx: typer.Context,
           host: Annotated[str, typer.Option("--host", help="The address to serve on.")] = "127.0.0.1",
-          port: Annotated[int, typer.Option("--port", help="The port to serve on.")] = 8000) -> None:
+          port: Annotated[int, typer.Option("--port", help="The port to serve on.")] = 8000,
+          public_url: Annotated[str | None, typer.Option(
+              "--public-url", help="The URL people open the server at (e.g. https://amber.example.com, behind a "
+                                   "proxy), which every redirect names; default: a redirect names its path "
+                                   "alone, never the Host a request sent.")] = None) -> None:
     """Serve the hosted API (OpenAPI at /docs, the Dagster UI for staff at /ui) and run the daemon (Ctrl-C stops
     both)."""
     c = Context.of(ctx)
     c.host_only()
     out.line(f"Amber API: http://{host}:{port}/v1 (documented at /docs; the Dagster UI at /ui) (Ctrl-C stops it)")
-    raise typer.Exit(embedded.run_api(c.paths, host, port))
+    raise typer.Exit(embedded.run_api(c.paths, host, port, public_url))
 
 
 @app.command("login")

@@ -13,12 +13,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.text import Text
 from typer.core import TyperGroup
 
-from amber_pipeline.cli import account, agents, benchmarks, compare, instance, jobs, models, money, report, sql
+from amber_pipeline.cli import account, agents, audit, benchmarks, compare, instance, jobs, models, money, report, sql
 from amber_pipeline.cli.context import Context
+from amber_pipeline.cli.output import out
 from amber_pipeline.errors import AmberError
 
 
@@ -29,13 +28,13 @@ class _Group(TyperGroup):
         try:
             return super().invoke(ctx)
         except AmberError as e:
-            Console(stderr=True, highlight=False, soft_wrap=True).print(Text(f"amber: {e}"))
+            out.error(f"amber: {e}")
             raise typer.Exit(1) from None
 
 
 app = typer.Typer(cls=_Group, no_args_is_help=True, add_completion=False,
                   help="Amber: which AI model and agent to choose, with honest uncertainty.")
-for area in (jobs, benchmarks, models, agents, money, report, compare, sql, instance, account):
+for area in (jobs, benchmarks, models, agents, money, audit, report, compare, sql, instance, account):
     app.add_typer(area.app)
 
 

@@ -105,5 +105,7 @@ def demo(ctx: typer.Context,
     out.rule("Wallet after")
     print_wallet(*wallet.read(wh, acting.workspace), last=6)
     shown = job or static_job
-    out.line(f"\nQuery it: amber sql \"select task_name, model_configuration, reward from trials where job_id = "
-             f"'{shown.id}'\"\nThe full report: amber report {shown.id} --plot report.png")
+    out.line()
+    out.line(f"Query it: amber sql \"select task_name, model_configuration, reward from trials where job_id = "
+             f"'{shown.id}'\"")
+    out.line(f"The full report: amber report {shown.id} --plot report.png")

@@ -21,7 +21,7 @@ from amber_pipeline.benchmarks import registry
 from amber_pipeline.cli import options
 from amber_pipeline.cli.client import folder_archive
 from amber_pipeline.cli.context import Context
-from amber_pipeline.cli.output import out
+from amber_pipeline.cli.output import inert, out
 from amber_pipeline.jobs import records
 from amber_pipeline.jobs.quotes import Quote
 from amber_pipeline.jobs.request import JobRequest
@@ -164,10 +164,10 @@ def sent(c: Context, request: JobRequest) -> Iterator[QuoteRequest]:
     """The request as a Quote takes it: through the API, a Benchmark folder here travels as NAME.tar.gz of it."""
     folder = Path(request.benchmark)
     if c.remote is None or registry.is_label(request.benchmark) or not folder.is_dir():
-        yield QuoteRequest(**request.model_dump())
+        yield QuoteRequest.of(request)
         return
     with folder_archive(folder) as archive:
-        yield QuoteRequest(**request.model_dump(), folder=str(archive))
+        yield QuoteRequest.of(request, str(archive))
 
 
 def print_quote(made: Quote | None) -> None:
@@ -208,9 +208,9 @@ def watch(c: Context, job_id: str) -> records.Job:
     """A progress bar over the Job's Trials until it has ended and no cell still runs; the ended Job."""
     found = c.call("job_status", job_id=job_id)
     print_notice(found.notice)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=out.console, transient=False) as progress:
-        bar = progress.add_task(f"{job_id} Trials", total=found.total)
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=out.console, transient=False) as progress:
+        bar = progress.add_task(inert(f"{job_id} Trials"), total=found.total)
         while True:
             progress.update(bar, completed=found.finished)
             if found.settled:

@@ -54,7 +54,7 @@ def model_show(ctx: typer.Context,
     out.line(f"# {shown.ref} (id {shown.id})")
     if shown.key_variable:
         out.line(f"# API key from {shown.key_variable}")
-    out.line(shown.configuration.to_toml().rstrip())
+    out.lines(shown.configuration.to_toml().rstrip())
 
 
 @model_app.command("add")

@@ -88,13 +88,13 @@ def report_cmd(
     made = c.call("report", source=source, all_tasks=all_tasks, task_time_limits=limits, labels=given_labels,
                   write_json=as_json)
     if as_json:
-        typer.echo(json.dumps(made.report, indent=2, allow_nan=False))
-        typer.echo(f"Wrote {made.path}" + (f" on {c.remote.url}" if c.remote is not None else ""), err=True)
+        out.json(made.report)
+        out.error(f"Wrote {made.path}" + (f" on {c.remote.url}" if c.remote is not None else ""))
     else:
-        typer.echo(render_text(made.report), nl=False)
+        out.lines(render_text(made.report))
     if draw_plots is not None and plot is not None:
         for written in draw_plots(made.report, plot):
-            typer.echo(f"Wrote {written}", err=True)
+            out.error(f"Wrote {written}")
 
 
 @app.command("import-harbor")

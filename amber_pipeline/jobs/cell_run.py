@@ -41,7 +41,22 @@ def run_trials(wh: Warehouse, job_id: str, cell_key: str,
     An earlier run of the cell in this Job (one that died, or one that stopped at the Job's ceiling before
     `amber job continue`) may have stored Trials already: the scored ones are kept, charged now if their run
     died before it charged them (each once), and only the others run. Those that ran go to ``on_trial_done``.
+
+    Whatever fails, from the cell's first read on, ends the cell failed (its Job settles), since a cell left
+    pending by a run that failed would hold its Job open forever: nothing launches a cell that has a run.
     """
+    try:
+        return _run_trials(wh, job_id, cell_key, on_trial_done, prices)
+    except placement.EngineLost as lost:
+        lifecycle.move_cell(wh, job_id, cell_key, str(lost))  # placed again at the next claim
+        raise
+    except BaseException as exc:
+        _failed(wh, job_id, cell_key, exc)
+        raise
+
+
+def _run_trials(wh: Warehouse, job_id: str, cell_key: str, on_trial_done: Callable[[TrialRecord], None] | None,
+                prices: Prices) -> list[TrialRecord]:
     run = lifecycle.open_cell_run(wh, job_id, cell_key, prices)
     if not lifecycle.start_cell(wh, job_id, cell_key):  # cancelled or at its ceiling before this run began
         return []
@@ -73,22 +88,15 @@ def run_trials(wh: Warehouse, job_id: str, cell_key: str,
             run.pool.refresh()  # other cells' charges, and what `amber job continue` adds
         return lifecycle.is_running(wh, job_id)
 
-    try:
-        if agent_spec(run.cell.agent).static:
-            output = run_static_cell(run, on_batch=finished, keep_going=keep_going)
-        else:
-            output = run_cell(run, on_trial_done=lambda record: finished([record]), keep_going=keep_going)
-        order = {(t.name, a): i for i, (t, a) in enumerate(replace(run, done=frozenset()).todo())}
-        every = sorted(kept + output.records, key=lambda r: order.get((r.task_name, r.attempt), len(order)))
-        wh.write_parquet(trials_table(every), rows)  # in the order they were asked for; even none
-        write_transcripts(wh, run, output.calls)
-        wh.store.put_folder(records.run_dir(wh, job_id, cell_key))  # its Trial folders, for other machines' reports
-    except placement.EngineLost as lost:
-        lifecycle.move_cell(wh, job_id, cell_key, str(lost))  # placed again at the next claim
-        raise
-    except BaseException as exc:
-        _failed(wh, job_id, cell_key, exc)
-        raise
+    if agent_spec(run.cell.agent).static:
+        output = run_static_cell(run, on_batch=finished, keep_going=keep_going)
+    else:
+        output = run_cell(run, on_trial_done=lambda record: finished([record]), keep_going=keep_going)
+    order = {(t.name, a): i for i, (t, a) in enumerate(replace(run, done=frozenset()).todo())}
+    every = sorted(kept + output.records, key=lambda r: order.get((r.task_name, r.attempt), len(order)))
+    wh.write_parquet(trials_table(every), rows)  # in the order they were asked for; even none
+    write_transcripts(wh, run, output.calls)
+    wh.store.put_folder(records.run_dir(wh, job_id, cell_key))  # its Trial folders, for other machines' reports
     return output.records
 
 

@@ -8,6 +8,9 @@ lifetime expires and is released. The sensor turns running Jobs into cell
 runs, and each cell run reports here when it starts, charges a Trial and
 stops. When the last cell of an ended Job stops, the unspent rest of its
 reservation is refunded, so for every Job reserved = charged + refunded.
+
+What a user does to a Job (quote, start, cancel, continue) is written to the
+audit log (`money/audit.py`) in the same transaction as the change itself.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from amber_pipeline.jobs.quotes import Quote
 from amber_pipeline.jobs.records import ACTIVE_CELL, FINAL, Job, cells_of, get_job, run_dir
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.models.configurations import ModelConfiguration
-from amber_pipeline.money import wallet, workspaces
+from amber_pipeline.money import audit, wallet, workspaces
 from amber_pipeline.money.amounts import parse_amount
 from amber_pipeline.money.prices import PRICES, Prices, show, usd
 from amber_pipeline.warehouse.catalog import Connection, Warehouse
@@ -151,13 +154,15 @@ def new_job_id() -> str:
 
 
 def quote(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now: datetime | None = None,
-          prices: Prices = PRICES, validation: Validation | None = None, job_id: str | None = None) -> Quote:
-    """Record a quoted Job and reserve its Quote at once; it waits for `start`. Nothing is written unless the
-    Quote is made: a folder's Tasks are copied aside first, and moved into the store in the catalog transaction
-    that records their Version, the Job and the reservation.
+          prices: Prices = PRICES, validation: Validation | None = None, job_id: str | None = None,
+          at_most: Decimal | None = None) -> Quote:
+    """Record a quoted Job and reserve its Quote at once, as `user` (its submitter); it waits for `start`. Nothing
+    is written unless the Quote is made: a folder's Tasks are copied aside first, and moved into the store in the
+    catalog transaction that records their Version, the Job and the reservation.
 
     ``job_id`` makes the call idempotent: a Job of that id quoted already (by a run that died after quoting it
-    and was resumed) is its Quote, and nothing more is reserved."""
+    and was resumed) is its Quote, and nothing more is reserved. ``at_most`` is the amount a user was shown and
+    agreed to: a Quote that would reserve more is refused, reserving nothing."""
     if job_id is not None and (made := _quote_of(wh, workspace, job_id)) is not None:
         return made
     now = now or datetime.now(UTC)
@@ -165,6 +170,8 @@ def quote(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now:
     job_id = job_id or new_job_id()
     with _kept(priced) as keep, wh.write() as con:
         label = registry.record_folder(con, priced.folder, priced.owner) if priced.folder else priced.label
+        if priced.folder:  # kept as the Version the folder became: the folder may be the server's spooled copy
+            request = request.model_copy(update={"benchmark": label})
         made = quotes.reserve(con, workspace, job_id, label, priced.quoted, now, request.ceiling_usd)
         con.execute("insert into jobs (id, workspace, submitted_by, benchmark_version_id, benchmark_owner, "
                     "trials_per_task, status, quote_id, created_at, request, purpose) "
@@ -177,6 +184,10 @@ def quote(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now:
             [[job_id, c.key, c.agent, c.model_configuration, priced.n_tasks * request.trials_per_task]
              for c in priced.cells])
         cell_names.assign(con, priced.cells, label)
+        if at_most is not None and made.amount > at_most:
+            raise AmberError(f"This Job's Quote is now {show(made.amount)}, more than the {show(at_most)} you were "
+                             "shown: get a new Quote and confirm that one.")
+        audit.record(con, "quote", user, workspace=workspace, job_id=job_id, quote_id=made.id, amount=made.amount)
         keep()  # last: a refusal above leaves the store as it was
     return made
 
@@ -225,8 +236,10 @@ def _check_fit(wh: Warehouse, workspace: str, request: JobRequest, version: Benc
                              "the policy with `amber workspace provider-policy`.")
 
 
-def start(wh: Warehouse, workspace: str, quote_or_job_id: str, now: datetime | None = None) -> Job:
-    """quoted -> running, unless the Quote has expired (then its reservation is released)."""
+def start(wh: Warehouse, workspace: str, quote_or_job_id: str, now: datetime | None = None, *,
+          by: str | None = None) -> Job:
+    """quoted -> running, unless the Quote has expired (then its reservation is released); the audit log names
+    ``by`` (default: the user the running action is for, `audit.actor`)."""
     now = now or datetime.now(UTC)
     expire_due(wh, now)
     made = quotes.get(wh, workspace, quote_or_job_id)
@@ -239,16 +252,18 @@ def start(wh: Warehouse, workspace: str, quote_or_job_id: str, now: datetime | N
                          f"{job.id}`.")
     with wh.write(workspace) as con:
         transition(con, job.id, "running", at=now)
+        audit.record(con, "start", by or audit.actor(), workspace=workspace, job_id=job.id, quote_id=made.id)
     return get_job(wh, job.id, workspace)
 
 
 def submit(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now: datetime | None = None,
-           validation: Validation | None = None, job_id: str | None = None) -> tuple[Quote, Job]:
-    """Quote a Job and start it at once: what `amber job submit` and the UI's submit_job do; idempotent given
-    ``job_id`` (see `quote`)."""
-    made = quote(wh, workspace, user, request, now=now, validation=validation, job_id=job_id)
+           validation: Validation | None = None, job_id: str | None = None,
+           at_most: Decimal | None = None) -> tuple[Quote, Job]:
+    """Quote a Job and start it at once, as `user`: what `amber job submit` and the UI's start_quote do;
+    idempotent given ``job_id``, refused above ``at_most`` (see `quote`)."""
+    made = quote(wh, workspace, user, request, now=now, validation=validation, job_id=job_id, at_most=at_most)
     job = get_job(wh, made.job_id, workspace)
-    return made, (start(wh, workspace, made.id, now=now) if job.status == "quoted" else job)
+    return made, (start(wh, workspace, made.id, now=now, by=user) if job.status == "quoted" else job)
 
 
 def _quote_of(wh: Warehouse, workspace: str, job_id: str) -> Quote | None:
@@ -258,21 +273,24 @@ def _quote_of(wh: Warehouse, workspace: str, job_id: str) -> Quote | None:
         return None
 
 
-def continue_job(wh: Warehouse, workspace: str, job_id: str, amount: str | None = None, *,
-                 now: datetime | None = None, prices: Prices = PRICES, quote_id: str | None = None) -> Quote:
-    """Go on with a Job past its ceiling: price its missing Trials (those `amber results` lists), reserve that
-    (or ``amount``, dollars as typed) into its pool with a Quote of its own, and run them in the same Job, so
-    its report is one Job whose cells hold every Trial. A Job that stopped (ceiling_reached or cancelled)
-    runs again; a running one near its ceiling is given more (then what its pool has left counts). Refused,
-    changing nothing, for a Job that completed, failed or is not the Workspace's, for an amount that is not
-    plain, and for a Wallet too short. ``quote_id`` makes the call idempotent: a continuation made already
-    under that id (by a run that died after making it and was resumed) is returned, and nothing more is
-    reserved."""
-    now = now or datetime.now(UTC)
+@dataclass(frozen=True)
+class Continuation:
+    """What going on with a Job past its ceiling would reserve, before anything is: each cell's missing Trials and
+    what finishing them is estimated at, what the Job's pool has left, and the amount to reserve."""
+
+    job: Job
+    missing: list[quotes.MissingCell]
+    estimate: Decimal
+    left: Decimal
+    amount: Decimal
+
+
+def price_continuation(wh: Warehouse, workspace: str, job_id: str, amount: str | None = None, *,
+                       prices: Prices = PRICES) -> Continuation:
+    """Price going on with a Job past its ceiling (see `continue_job`), reserving and writing nothing; refused in
+    one sentence where `continue_job` would be."""
     extra = parse_amount(amount, "--amount") if amount is not None else None
     job = get_job(wh, job_id, workspace)
-    if quote_id is not None and (made := _quote_of(wh, workspace, quote_id)) is not None and made.job_id == job.id:
-        return made
     if job.status not in CONTINUABLE:
         raise AmberError(f"Job {job.id} is {job.status}: only a Job that stopped at its ceiling, was cancelled, or "
                          "still runs can go on; submit a new Job instead.")
@@ -291,19 +309,45 @@ def continue_job(wh: Warehouse, workspace: str, job_id: str, amount: str | None 
     if reserve <= 0:
         raise AmberError(f"Job {job.id} has {show(left)} of its reservation left, which covers its missing Trials "
                          f"(estimated at {show(estimate)}): nothing needs adding; give --amount to add more anyway.")
+    return Continuation(job, missing, estimate, left, reserve)
+
+
+def continue_job(wh: Warehouse, workspace: str, job_id: str, amount: str | None = None, *,
+                 now: datetime | None = None, prices: Prices = PRICES, quote_id: str | None = None,
+                 at_most: Decimal | None = None) -> Quote:
+    """Go on with a Job past its ceiling: price its missing Trials (those `amber results` lists), reserve that
+    (or ``amount``, dollars as typed) into its pool with a Quote of its own, and run them in the same Job, so
+    its report is one Job whose cells hold every Trial. A Job that stopped (ceiling_reached or cancelled)
+    runs again; a running one near its ceiling is given more (then what its pool has left counts). Refused,
+    changing nothing, for a Job that completed, failed or is not the Workspace's, for an amount that is not
+    plain, for a Wallet too short, and above ``at_most`` (the amount a user was shown and agreed to).
+    ``quote_id`` makes the call idempotent: a continuation made already under that id (by a run that died
+    after making it and was resumed) is returned, and nothing more is reserved."""
+    now = now or datetime.now(UTC)
+    if amount is not None:
+        parse_amount(amount, "--amount")  # a malformed amount is the first thing to say
+    job = get_job(wh, job_id, workspace)
+    if quote_id is not None and (made := _quote_of(wh, workspace, quote_id)) is not None and made.job_id == job.id:
+        return made
+    priced = price_continuation(wh, workspace, job.id, amount, prices=prices)
+    if at_most is not None and priced.amount > at_most:
+        raise AmberError(f"Going on with Job {job.id} now needs {show(priced.amount)}, more than the "
+                         f"{show(at_most)} you were shown: price it again and confirm that.")
     with wh.write(workspace) as con:
         status = _scalar(con, "select status from jobs where id = ?", [job.id])
-        if status != job.status:  # it moved meanwhile: what was priced may no longer be what is missing
+        if status != priced.job.status:  # it moved meanwhile: what was priced may no longer be what is missing
             raise AmberError(f"Job {job.id} became {status} meanwhile: run `amber job continue {job.id}` again.")
-        made = quotes.continuation(con, workspace, job.id, job.benchmark_label, [m.quote for m in missing],
-                                   reserve, now, quote_id)
+        made = quotes.continuation(con, workspace, job.id, job.benchmark_label, [m.quote for m in priced.missing],
+                                   priced.amount, now, quote_id)
         if status != "running":
             transition(con, job.id, "running", at=now)
             con.execute("update jobs set message = null, finished_at = null where id = ?", [job.id])
             con.execute("update job_cells set status = 'pending', launched_at = null, started_at = null, "
                         "finished_at = null, worker = null, engine_pool = null, message = null, "
                         "rounds = coalesce(rounds, 0) + 1 where job_id = ? and cell_key in (select unnest(?))",
-                        [job.id, [m.cell_key for m in missing]])
+                        [job.id, [m.cell_key for m in priced.missing]])
+        audit.record(con, "continue", audit.actor(), workspace=workspace, job_id=job.id, quote_id=made.id,
+                     amount=made.amount)
     return made
 
 
@@ -450,10 +494,12 @@ def move_cell(wh: Warehouse, job_id: str, cell_key: str, reason: str) -> None:
 
 
 def cancel(wh: Warehouse, workspace: str, job_id: str) -> Job:
-    """Stop scheduling; running cells stop their in-flight Trials and the rest is refunded when they have."""
+    """Stop scheduling; running cells stop their in-flight Trials and the rest is refunded when they have. The
+    audit log names the user the running action is for (`audit.actor`)."""
     get_job(wh, job_id, workspace)
     with wh.write(workspace) as con:
         transition(con, job_id, "cancelled", message="cancelled by a user")
+        audit.record(con, "cancel", audit.actor(), workspace=workspace, job_id=job_id)
         con.execute("update job_cells set status = 'cancelled', finished_at = now() "
                     "where job_id = ? and status = 'pending'", [job_id])
         _end_if_idle(con, job_id)

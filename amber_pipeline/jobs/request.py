@@ -13,8 +13,6 @@ those are known, in `lifecycle.quote`.
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from amber_pipeline.agents.catalog import AGENTS, DEFAULT_AGENT, agent_spec
@@ -23,7 +21,7 @@ from amber_pipeline.cells import NO_MODEL, Cell
 from amber_pipeline.errors import AmberError
 from amber_pipeline.models.configurations import ModelConfiguration, known_model_configurations, model_configuration
 from amber_pipeline.models.endpoint import require_key
-from amber_pipeline.money.amounts import parse_amount
+from amber_pipeline.money.amounts import as_text, parse_amount
 from amber_pipeline.paths import AmberPaths
 
 MIN_TRIALS, MAX_TRIALS = 1, 10
@@ -50,7 +48,7 @@ class JobRequest(BaseModel):
         """The request's Model Configurations, or one sentence refusing a request Amber cannot run (the
         Benchmark is checked when it is read)."""
         if self.ceiling_usd is not None:  # the float of a run config, held to the rule for typed amounts
-            parse_amount(f"{Decimal(repr(self.ceiling_usd)):f}", "--ceiling")
+            parse_amount(as_text(self.ceiling_usd), "--ceiling")
         if not MIN_TRIALS <= self.trials_per_task <= MAX_TRIALS:
             raise AmberError(f"Trials per Task must be from {MIN_TRIALS} to {MAX_TRIALS}, not "
                              f"{self.trials_per_task}: pick a number in that range.")

@@ -55,6 +55,7 @@ from amber_pipeline.warehouse.schemas import TrialRecord, trial_key
 
 if TYPE_CHECKING:
     from harbor.models.trial.result import TimingInfo, TrialResult
+    from harbor.trial.trial import Trial
 
 DEFAULT_CONCURRENCY = 2
 WATCH_INTERVAL_SEC = 1.0
@@ -226,6 +227,18 @@ class Sandboxes:
         return {k: v for k, v in kwargs.items() if v is not None}
 
 
+def _confine_task_env(trial: Trial) -> None:
+    """Fill the Task's env tables as if the server had no environment (`sandbox.task_env`) before the oracle and
+    the Verifier read theirs, when they run (the oracle from a Task it loads again); the sandbox fills its own."""
+    from harbor.agents.oracle import OracleAgent
+
+    from amber_pipeline.sandbox import task_env  # deferred: imports Harbor
+
+    task_env.confine(trial.task.config)
+    if isinstance(trial.agent, OracleAgent):
+        task_env.confine(trial.agent._task.config)
+
+
 def network_name(job_id: str, cell_key: str) -> str:
     """The sandbox network of a Job's cell: one per cell run, found again by recovery when the run died."""
     return f"amber-{hashlib.sha256(f'{job_id}/{cell_key}'.encode()).hexdigest()[:16]}"
@@ -321,6 +334,7 @@ class _CellRunner:
         phases = None
         try:
             trial = await Trial.create(config)
+            _confine_task_env(trial)
             limit = run.time_limits.get(task.name) if run.time_limits else None
             try:
                 result = await asyncio.wait_for(trial.run(), limit)

@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 from amber_pipeline.errors import AmberError, Forbidden, NotFound
-from amber_pipeline.money import workspaces
+from amber_pipeline.money import audit, workspaces
 from amber_pipeline.money.amounts import parse_amount
 from amber_pipeline.money.identity import Actor
 from amber_pipeline.money.prices import show
@@ -207,7 +207,7 @@ def release(con: Connection, workspace: str, quote_id: str, job_id: str, reason:
 # ---- what the CLI and the UI call ---------------------------------------------------
 
 def add_credit(wh: Warehouse, actor: Actor, workspace: str, amount: str, reason: str) -> Decimal:
-    """Staff add money to a Workspace's Wallet, with a reason."""
+    """Staff add money to a Workspace's Wallet, with a reason; the audit log names who, in the same transaction."""
     value = parse_amount(amount, "--amount")
     with wh.write(workspace) as con:
         if not workspaces.is_staff(con, actor.user):
@@ -216,6 +216,7 @@ def add_credit(wh: Warehouse, actor: Actor, workspace: str, amount: str, reason:
         if con.execute("select 1 from workspaces where name = ?", [workspace]).fetchone() is None:
             raise NotFound(f"No Workspace {workspace}: check the name with `amber workspace list`.")
         credit(con, workspace, value, reason, entry_key=f"credit:{uuid.uuid4().hex}")
+        audit.record(con, "credit", actor.user, workspace=workspace, amount=value, detail=reason.strip())
     return value
 
 

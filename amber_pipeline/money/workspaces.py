@@ -16,12 +16,15 @@ from __future__ import annotations
 import json
 import re
 
+from amber_pipeline.benchmarks import registry
 from amber_pipeline.errors import AmberError, NotFound
 from amber_pipeline.money.identity import DEFAULT_WORKSPACE, SIGNED_IN, Actor, check_user, local_user
 from amber_pipeline.money.user_text import quoted
 from amber_pipeline.warehouse.catalog import Connection, Warehouse
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+# The owner of public Benchmark Versions: a Workspace of that name would publish Versions every Workspace sees.
+RESERVED = frozenset({registry.PUBLIC})
 
 
 def is_staff(con: Connection, user: str) -> bool:
@@ -33,13 +36,15 @@ def is_staff(con: Connection, user: str) -> bool:
 
 
 def create(wh: Warehouse, actor: Actor, name: str) -> None:
+    """Make a Workspace with the actor as its first member. A name that is taken, in any case and by anyone, or
+    reserved is refused with one sentence that names it as typed, so a refusal never tells whose it is, how it is
+    written, or that it is reserved rather than taken."""
     if not NAME.fullmatch(name):
         raise AmberError(f"{quoted(name)} is not a valid Workspace name: use up to 63 letters, digits, '.', '_' "
                          "and '-', starting with a letter or digit.")
     with wh.write() as con:
-        taken = _same_name(con, name)
-        if taken is not None:
-            raise AmberError(f"A Workspace named {taken} already exists: choose another name.")
+        if name.lower() in RESERVED or _same_name(con, name) is not None:
+            raise AmberError(f"The Workspace name {name} is not available: choose another name.")
         con.execute("insert into workspaces (name, created_by) values (?, ?)", [name, actor.user])
         con.execute("insert into members values (?, ?)", [name, actor.user])
 

@@ -35,7 +35,11 @@ upload, download and stop. It enforces Amber's sandbox rules:
 - a timeout is known by our own clock, never inferred from exit code 124,
   which a user command may return on its own;
 - uploaded files are owned by root, whatever their owner on the host, and
-  keep of their mode only whether they are executable (755 or 644).
+  keep of their mode only whether they are executable (755 or 644);
+- its environment is an allowlist: the Task's `[environment].env`, filled as if
+  the server had no environment (`task_env`), the egress proxy's variables and
+  what each command is given; never a value of the server's (nor the proxies
+  of the Docker client's configuration, which the Docker SDK would add).
 
 A Trial's round trips to the engine are what it costs over the bare container
 lifecycle, and each one that copies files or runs a process costs about as much
@@ -84,7 +88,7 @@ from harbor.environments.definition import environment_content_hash
 from harbor.models.trial.paths import EnvironmentPaths
 
 from amber_pipeline.errors import AmberError
-from amber_pipeline.sandbox import agent_image, docker_engine, egress, engines, network, relay
+from amber_pipeline.sandbox import agent_image, docker_engine, egress, engines, network, relay, task_env
 
 IMAGE_REPOSITORY = "amber-env"
 SANDBOX_LABEL = "org.amber.sandbox"
@@ -130,6 +134,8 @@ def _build_lock(tag: str) -> threading.Lock:
 class AmberSandbox(BaseEnvironment):
     """One Docker container per Trial, driven through the Docker SDK."""
 
+    _persistent_env: dict[str, str]  # Harbor's: what every command of the sandbox gets
+
     def __init__(self, *args, amber_network: str | None = None, amber_egress_proxy: str | None = None,
                  amber_agent_software: str | None = None, amber_engine: str | None = None,
                  amber_relay: str | None = None, **kwargs):
@@ -172,6 +178,17 @@ class AmberSandbox(BaseEnvironment):
         # Every Amber sandbox runs without network; a task asking for
         # "no-network" therefore gets exactly what it asks.
         return EnvironmentCapabilities(disable_internet=True)
+
+    # Harbor fills the Task's [environment].env from the server's environment; Amber from none (`task_env`).
+    def _maybe_resolve_task_env(self) -> None:
+        if self.task_env_config.env:
+            self._persistent_env = {**self._task_env(), **self._persistent_env}
+
+    def _startup_env(self) -> dict[str, str]:
+        return {**self._task_env(), **self._persistent_env}
+
+    def _task_env(self) -> dict[str, str]:
+        return task_env.without_host(self.task_env_config.env, "[environment].env")
 
     def _validate_definition(self) -> None:
         if not (self.environment_dir / "Dockerfile").is_file() and not self.task_env_config.docker_image:
@@ -230,6 +247,7 @@ class AmberSandbox(BaseEnvironment):
             **networking,
             labels={SANDBOX_LABEL: self.session_id, TRIAL_DIR_LABEL: str(self.trial_paths.trial_dir.resolve())},
             environment=environment,
+            use_config_proxy=False,
             working_dir=cfg.workdir or None,
             **limits,
         )

@@ -146,7 +146,7 @@ class Relay:
         try:
             container = client.containers.create(
                 RELAY_IMAGE, ["python3", "-u", "-c", RELAY_SCRIPT, *map(str, ports)], network_mode="none",
-                stdin_open=True, labels=dict(labels))
+                stdin_open=True, labels=dict(labels), use_config_proxy=False)  # its environment: the image's
         except ImageNotFound:
             raise AmberError(f"The relay image {RELAY_IMAGE} is not on the Docker engine at {client.api.base_url}: "
                              f"load it there (docker save {RELAY_IMAGE} | docker load) before running "

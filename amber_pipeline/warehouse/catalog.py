@@ -111,6 +111,17 @@ create table if not exists ledger (
         check (kind in ('credit', 'reservation', 'charge', 'refund')),
     amount decimal(18, 6) not null check (amount >= 0), reason varchar, quote_id varchar, job_id varchar,
     trial_key varchar, entry_key varchar not null unique);
+-- Who did what and when (`money/audit.py`): one row per action, written in the action's own transaction and never
+-- changed. Token actions belong to no Workspace (workspace is null).
+create sequence if not exists audit_seq start 1;
+create table if not exists audit (
+    seq bigint primary key default nextval('audit_seq'), created_at timestamptz not null, workspace varchar,
+    user_name varchar not null, action varchar not null, job_id varchar, quote_id varchar,
+    amount decimal(18, 6), detail varchar, token_id varchar, token_user varchar);
+-- A launch from the Dagster UI behind sign-in (`auth/launches.py`): the signed-in user it acts for, and the one run
+-- that claimed it.
+create table if not exists ui_launches (
+    id varchar primary key, user_name varchar not null, issued_at timestamptz not null, run_id varchar);
 -- What users see numbered counts within their Workspace from 1: the global sequences order the rows but are never
 -- shown, since their gaps would reveal other Workspaces' activity. Computed, not stored: no ledger entry or Job is
 -- ever deleted, so a row's number never changes.
@@ -121,6 +132,9 @@ create or replace view workspace_jobs as
     select row_number() over (partition by workspace order by seq) as seq, id, workspace, submitted_by,
            benchmark_version_id, benchmark_owner, trials_per_task, status, quote_id, created_at, started_at,
            finished_at, message, request, purpose from jobs;
+create or replace view workspace_audit as
+    select row_number() over (partition by workspace order by seq) as seq, created_at, workspace, user_name, action,
+           job_id, quote_id, amount, detail from audit where workspace is not null;
 -- Workspace names are unique ignoring case. A catalog from before that rule may hold names equal but for case: each
 -- one after the first keeps its own name in case_clash (once, here), so the index can exist; every other Workspace
 -- has '' there, so no new one can take a name another has in any case.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import duckdb
 
@@ -25,11 +26,16 @@ from amber_pipeline.warehouse.catalog import Warehouse
 TIMEOUT_S = 30.0
 MEMORY_LIMIT = "1GB"
 MAX_ROWS = 100_000  # the rows a result may have: DuckDB's memory limit does not bound their Python copies
+MAX_RESULT_BYTES = 64_000_000  # the size a result may have (`_fetch`): nor does it bound a few long values
+FETCH_ROWS = 2048  # the most rows fetched at once: one of DuckDB's vectors, which it held anyway
+SCALAR_BYTES = 16  # what `_fetch` counts for a value that is not a text or a nested one
 
 # Set when the connection opens: nothing spills to disk (no temporary folder), nothing is fetched or loaded on
-# its own, and a name in the query never reaches a Python variable.
+# its own, a name in the query never reaches a Python variable, and no setting shows a folder of the server's
+# (DuckDB makes secret_directory of the home folder).
 _OPENING: dict[str, str | int | float | list[str]] = {
     "temp_directory": "",
+    "home_directory": "/",
     "threads": 2,
     "autoload_known_extensions": False,
     "autoinstall_known_extensions": False,
@@ -89,18 +95,55 @@ def run(wh: Warehouse, workspace: str, query: str, *, timeout_s: float = TIMEOUT
         for statement in _LOCKDOWN:
             con.execute(statement)
         cursor = con.execute(query)
+        if cursor is None:  # DuckDB's answer to a query of only blanks, comments and semicolons
+            raise AmberError("The query has no statement: give one, like `select * from jobs limit 5`.")
         columns = tuple(d[0] for d in cursor.description or [])
-        rows = cursor.fetchmany(MAX_ROWS + 1)
+        rows = _fetch(cursor)
     except duckdb.Error as e:
         raise _sentence(e, stopped.is_set(), timeout_s, memory_limit) from None
     finally:
         done.set()
         watcher.join()
         con.close()
-    if len(rows) > MAX_ROWS:
-        raise AmberError(f"The query returned more than {MAX_ROWS:,} rows: aggregate them, filter them or add a "
-                         "limit.")
     return QueryResult(columns, rows)
+
+
+def _fetch(cursor: duckdb.DuckDBPyConnection) -> list[tuple[object, ...]]:
+    """The rows of a result, or one sentence once they pass MAX_ROWS or MAX_RESULT_BYTES.
+
+    DuckDB streams a result, so it is fetched a row, then as many rows as fit in what is left of the
+    budget at their mean size so far (at most FETCH_ROWS), and refused as soon as the budget is crossed:
+    an oversized result is never held whole in Python, nor sent. A single value is as large as DuckDB
+    lets it be (its memory limit does not count strings being built), and is refused once fetched.
+    """
+    rows: list[tuple[object, ...]] = []
+    size, wanted = 0, 1
+    while fetched := cursor.fetchmany(wanted):
+        rows += fetched
+        size += sum(map(_size, fetched))
+        if len(rows) > MAX_ROWS:
+            raise AmberError(f"The query returned more than {MAX_ROWS:,} rows: aggregate them, filter them or add "
+                             "a limit.")
+        if size > MAX_RESULT_BYTES:
+            raise AmberError(f"The query returned more than {MAX_RESULT_BYTES // 1_000_000} MB: select fewer or "
+                             "shorter columns, filter the rows or add a limit.")
+        fitting = (MAX_RESULT_BYTES - size) * len(rows) // max(size, 1)
+        wanted = max(1, min(fitting, FETCH_ROWS, MAX_ROWS + 1 - len(rows)))
+    return rows
+
+
+def _size(value: Any) -> int:
+    """About the bytes a value takes in a result: a text's characters, a list's or a struct's parts, and
+    SCALAR_BYTES for any other value (a number, a time, a decimal: all short). Types are compared exactly,
+    not with isinstance: DuckDB gives these very types, and this runs for every value of every result."""
+    kind = type(value)
+    if kind is str or kind is bytes:
+        return len(value)
+    if kind is list or kind is tuple:
+        return sum(map(_size, value)) + SCALAR_BYTES
+    if kind is dict:
+        return sum(map(_size, value.keys())) + sum(map(_size, value.values())) + SCALAR_BYTES
+    return SCALAR_BYTES
 
 
 def _load(con: duckdb.DuckDBPyConnection, wh: Warehouse, workspace: str, names: frozenset[str]) -> None:

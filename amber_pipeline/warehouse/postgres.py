@@ -10,7 +10,8 @@ DuckDB client's dialect of parameters (``?``); what differs is how writers wait 
   different Workspaces run at once, and one Workspace's are in order, which is what keeps "is enough
   available" and the write one step.
 
-The ledger is append-only in the database itself: triggers refuse UPDATE, DELETE and TRUNCATE, whoever asks.
+The ledger and the audit log are append-only in the database itself: triggers refuse UPDATE, DELETE and
+TRUNCATE, whoever asks.
 
 Amber's readers (`Warehouse.query`) and `amber sql` are DuckDB; there the catalog's tables are copied into
 an in-memory database named like the attached DuckDB file, so the views are the same over either catalog.
@@ -19,6 +20,7 @@ an in-memory database named like the attached DuckDB file, so the views are the 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import threading
 import zlib
 from collections.abc import Collection, Iterator, Sequence
@@ -26,6 +28,7 @@ from typing import Any
 
 import duckdb
 import psycopg2
+import psycopg2.errors
 import psycopg2.extensions
 import psycopg2.extras
 import pyarrow as pa
@@ -38,20 +41,37 @@ _GLOBAL = zlib.crc32(b"amber catalog writers")  # the advisory lock every writer
 _SCHEMA = zlib.crc32(b"amber catalog schema")  # serializes the DDL of processes starting at once
 
 # Refused in the database, by whoever asks: a bug, a script or a person with the password cannot rewrite what
-# a Workspace was charged. (An owner can drop a trigger; Amber's role never does.)
+# a Workspace was charged, nor who did what (an owner can drop a trigger; Amber's role never does). The tables
+# kept append-only, each with its name for people, which the trigger passes to the one function.
+APPEND_ONLY = {"ledger": "ledger", "audit": "audit log"}
 LEDGER_GUARD = """
 create or replace function amber_ledger_is_append_only() returns trigger language plpgsql as $$
 begin
-    raise exception 'the ledger is append-only: % of a ledger entry is refused', tg_op
+    raise exception 'the % is append-only: % of an entry is refused', tg_argv[0], tg_op
         using errcode = 'insufficient_privilege';
 end $$;
-drop trigger if exists ledger_append_only on ledger;
-create trigger ledger_append_only before update or delete on ledger
-    for each row execute function amber_ledger_is_append_only();
-drop trigger if exists ledger_no_truncate on ledger;
-create trigger ledger_no_truncate before truncate on ledger
-    for each statement execute function amber_ledger_is_append_only();
-"""
+""" + "".join(f"""drop trigger if exists {table}_append_only on {table};
+create trigger {table}_append_only before update or delete on {table}
+    for each row execute function amber_ledger_is_append_only('{name}');
+drop trigger if exists {table}_no_truncate on {table};
+create trigger {table}_no_truncate before truncate on {table}
+    for each statement execute function amber_ledger_is_append_only('{name}');
+""" for table, name in APPEND_ONLY.items())
+
+
+# The digest of the DDL the schema was last made from (one row): a process whose DDL has that digest runs none.
+SCHEMA_TABLE = "\ncreate table if not exists amber_schema (digest varchar not null);\n"
+SCHEMA_ATTEMPTS = 3
+
+
+def _schema_digest(cur: psycopg2.extensions.cursor) -> str | None:
+    """The digest the schema was made from; None before any was recorded."""
+    cur.execute("select to_regclass('amber_schema') is not null")
+    if not cur.fetchone()[0]:
+        return None
+    cur.execute("select digest from amber_schema")
+    row = cur.fetchone()
+    return row[0] if row else None
 
 
 def _dialect(query: str) -> str:
@@ -119,12 +139,32 @@ class PostgresCatalog:
         return conn
 
     def _ensure_schema(self, conn: psycopg2.extensions.connection) -> None:
+        """Make the schema, or bring it up to date, unless the catalog already has this DDL's digest.
+
+        The DDL locks every table it names (the ledger's triggers exclusively), so run by each new process it
+        deadlocked with other processes' reads and writes: a cell run failed that way at its first read. It
+        now runs only when the schema changes (the first process of a new Amber), and a deadlock with a
+        process that is not Amber's is retried.
+        """
         if self.url in self._ready:
             return
-        with self._ready_lock, conn.cursor() as cur:
-            cur.execute("select pg_advisory_xact_lock(%s)", [_SCHEMA])
-            cur.execute(self._ddl + LEDGER_GUARD)
-            conn.commit()
+        digest = hashlib.sha256((self._ddl + LEDGER_GUARD).encode()).hexdigest()
+        with self._ready_lock:
+            for attempt in range(SCHEMA_ATTEMPTS):
+                try:
+                    with conn.cursor() as cur:
+                        if _schema_digest(cur) != digest:
+                            cur.execute("select pg_advisory_xact_lock(%s)", [_SCHEMA])
+                            if _schema_digest(cur) != digest:  # not made by a process that held the lock first
+                                cur.execute(self._ddl + LEDGER_GUARD + SCHEMA_TABLE)
+                                cur.execute("delete from amber_schema; insert into amber_schema values (%s)",
+                                            [digest])
+                    conn.commit()
+                    break
+                except psycopg2.errors.DeadlockDetected:
+                    conn.rollback()
+                    if attempt + 1 == SCHEMA_ATTEMPTS:
+                        raise
             self._ready.add(self.url)
 
     @contextlib.contextmanager

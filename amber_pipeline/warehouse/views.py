@@ -34,7 +34,8 @@ from amber_pipeline.warehouse.schemas import (
 
 CATALOG = "catalog"  # the name the catalog file is attached under while views or tables are built from it
 
-CATALOG_TABLES = ("workspaces", "members", "jobs", "job_cells", "quotes", "ledger", "uploads", "benchmark_versions")
+CATALOG_TABLES = ("workspaces", "members", "jobs", "job_cells", "quotes", "ledger", "uploads", "benchmark_versions",
+                  "audit")
 
 
 @dataclass(frozen=True)
@@ -152,11 +153,14 @@ def _catalog_select(name: str, workspace: str | None) -> str:
         "job_cells": f"job_id in (select id from {CATALOG}.main.jobs where {ws})",
         "benchmark_versions": f"(owner = 'public' or {_of('owner', workspace)})",
     }.get(name, ws)
-    # Users see numbers counted within their Workspace (`workspace_ledger`, `workspace_jobs`), never the global
-    # sequences, and not the catalog's own bookkeeping columns.
-    source = {"ledger": "workspace_ledger", "jobs": "workspace_jobs"}.get(name, name)
+    # Users see numbers counted within their Workspace (`workspace_ledger`, `workspace_jobs`, `workspace_audit`),
+    # never the global sequences, and not the catalog's own bookkeeping columns.
+    source = {"ledger": "workspace_ledger", "jobs": "workspace_jobs", "audit": "workspace_audit"}.get(name, name)
     columns = {"workspaces": "* exclude (case_clash)",
-               "job_cells": "* exclude (worker, engine_pool, moves, rounds)"}.get(name, "*")
+               "job_cells": "* exclude (worker, engine_pool, moves, rounds)",
+               # The folder's name, as its user gave it: the path is the server's (through the API, the spool the
+               # folder was unpacked in; for an import or an adaptation, a scratch folder).
+               "benchmark_versions": "* replace (regexp_extract(source_path, '[^/]*$') as source_path)"}.get(name, "*")
     return f"select {columns} from {CATALOG}.main.{source} where {where}"
 
 

@@ -55,7 +55,8 @@ TWICE = "appears twice (each path may appear once)"
 
 @dataclass(frozen=True)
 class Limits:
-    """What one upload may hold. Sizes are binary: 1 MB = 2**20 bytes."""
+    """What one upload may hold. Sizes are binary: 1 MB = 2**20 bytes. A task.toml is bounded where it is read
+    (`tasks.MAX_TASK_FILE_BYTES`), for an upload and a local folder alike."""
 
     compressed_bytes: int = 100 << 20  # the archive file itself, checked before it is read
     unpacked_bytes: int = 1 << 30  # file contents, counted as they are written

@@ -8,8 +8,9 @@ Task becomes that Task's reason. The checks are the format rules of
 `../shared/spec/amber-task-format.md`, in this order (the first failure is
 the reason):
 
-1. task.toml is UTF-8 TOML that Harbor 0.25's `TaskConfig` accepts, the name
-   is made of letters, digits, `.`, `_` and `-`, and the Task loads as
+1. task.toml is at most 1 MB (`tasks.MAX_TASK_FILE_BYTES`) of UTF-8 TOML that
+   Harbor 0.25's `TaskConfig` accepts, the name is made of letters, digits,
+   `.`, `_` and `-`, and the Task loads as
    `tasks.load_task` loads it for a Benchmark Version (an instruction.md; a
    multi-step Task is refused; a static Task's `[metadata.amber.static]` is
    valid), so a Task that passes here also snapshots and runs;
