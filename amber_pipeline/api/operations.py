@@ -26,7 +26,7 @@ from urllib.parse import quote, unquote
 from pydantic import BaseModel, TypeAdapter
 
 from amber_pipeline.jobs import lifecycle
-from amber_pipeline.money import identity, workspaces
+from amber_pipeline.money import audit, identity, workspaces
 from amber_pipeline.warehouse.catalog import Warehouse
 
 Where = Literal["acting", "named", "user"]
@@ -58,6 +58,7 @@ class Operation:
     run: Callable[[Acting, Any], Any]
     summary: str
     description: str
+    area: str  # the module it is registered in (`api/jobs.py`: "jobs"), which groups it in the API's documentation
     uploads: tuple[str, ...] = ()  # params fields that name files the client sends with the request
 
     @property
@@ -93,7 +94,9 @@ def _adapter(returns: Any) -> TypeAdapter[Any]:
 
 def operation(method: str, path: str, *, where: Where = "acting", uploads: tuple[str, ...] = ()
               ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register `(acting, params) -> record` as an operation named after the function."""
+    """Register `(acting, params) -> record` as an operation named after the function. It runs for its actor
+    (`audit.acting_as`), whichever face asks for it (the CLI in its own process, or the server over HTTP), so an
+    action the core library logs without being told who took it (a start, a cancel, a token made) names them."""
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         hints = typing.get_type_hints(fn)
@@ -101,9 +104,14 @@ def operation(method: str, path: str, *, where: Where = "acting", uploads: tuple
         params = hints[takes[1]] if len(takes) > 1 else NoParams
         doc = inspect.getdoc(fn) or fn.__name__
         summary, _, description = doc.partition("\n\n")
-        run = fn if len(takes) > 1 else (lambda acting, _params: fn(acting))
+
+        def run(acting: Acting, given: Any) -> Any:
+            with audit.acting_as(acting.actor.user):
+                return fn(acting, given) if len(takes) > 1 else fn(acting)
+
         OPERATIONS[fn.__name__] = Operation(fn.__name__, method, path, where, params, hints["return"], run,
-                                            summary.replace("\n", " "), description, uploads)
+                                            summary.replace("\n", " "), description,
+                                            fn.__module__.rsplit(".", 1)[-1], uploads)
         return fn
 
     return register

@@ -114,7 +114,7 @@ def create_app(paths: AmberPaths, ui: ASGIApp | None = None, on_close: Callable[
         assert op.route.startswith(SIGNED_IN_ROOT + "/"), op.route
         app.add_api_route(op.route, _endpoint(wh, op), methods=[op.method], name=op.name, summary=op.summary,
                           description=op.description, response_model=op.returns, responses=ERRORS,
-                          tags=[op.run.__module__.rsplit(".", 1)[-1]], dependencies=[Depends(BEARER)])
+                          tags=[op.area], dependencies=[Depends(BEARER)])
     _without_422(app)
     if ui is not None:
         app.mount("/ui", ui)
