@@ -3,7 +3,7 @@
 import dagster as dg
 
 from assets.benchmark_versions import benchmark_versions
-from assets.cells import cell_job, cell_scores, trials
+from assets.cell_job import cell_job, cell_scores, trials
 from assets.comparisons import comparisons, reaggregation_job
 from assets.job_requests import continue_job, start_quote, submit_job
 from assets.resources import WarehouseResource
@@ -17,8 +17,8 @@ from assets.schedules import (
     upload_retention_schedule,
 )
 from sensors.benchmark_versions import benchmark_version_sensor
-from sensors.cell_runs import dead_cell_sensor
-from sensors.job_requests import job_request_sensor
+from sensors.dead_cells import dead_cell_sensor
+from sensors.started_jobs import job_request_sensor
 
 defs = dg.Definitions(
     assets=[trials, cell_scores, comparisons, benchmark_versions],

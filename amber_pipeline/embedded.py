@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from amber_pipeline import settings, warm_worker
+from amber_pipeline import settings, worker_socket
 from amber_pipeline.errors import AmberError
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.sandbox import engines
@@ -116,7 +116,7 @@ def start_daemon(paths: AmberPaths, workspace: Path | None = None) -> int:
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     _pid_file(paths).write_text(str(proc.pid))
     deadline = time.monotonic() + WARM_WORKER_START_SEC
-    while time.monotonic() < deadline and warm_worker.ask(paths.dagster_home, {"op": "ping"}) is None:
+    while time.monotonic() < deadline and worker_socket.ask(paths.dagster_home, {"op": "ping"}) is None:
         if proc.poll() is not None or worker.poll() is not None:
             break
         time.sleep(0.2)
@@ -171,12 +171,12 @@ def run_ui(paths: AmberPaths, host: str, port: int, workspace: Path | None = Non
 
 
 def run_api(paths: AmberPaths, host: str, port: int, public_url: str | None = None) -> int:
-    """The hosted API (`api_server`: the operations behind sign-in, the Dagster UI under /ui) in the foreground,
+    """The hosted API (`server`: the operations behind sign-in, the Dagster UI under /ui) in the foreground,
     with the instance's daemon, as `run_ui` runs the webserver. Its redirects name `public_url` (the URL people
-    open it at; None: a redirect names its path alone), which `api_server` checks."""
+    open it at; None: a redirect names its path alone), which `server` checks."""
     public = [] if public_url is None else ["--public-url", public_url]
     return _with_daemon(paths, settings.dagster_workspace(),
-                        [sys.executable, "-m", "api_server", "--host", host, "--port", str(port), *public])
+                        [sys.executable, "-m", "server", "--host", host, "--port", str(port), *public])
 
 
 def _with_daemon(paths: AmberPaths, workspace: Path, command: list[str]) -> int:

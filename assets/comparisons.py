@@ -14,7 +14,7 @@ import dagster as dg
 from amber_pipeline.analysis import sources
 from amber_pipeline.scoring import store
 from assets import metadata_tables
-from assets.cells import CELL_AGGREGATES
+from assets.cell_job import CELL_AGGREGATES
 from assets.resources import WarehouseResource
 
 

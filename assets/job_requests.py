@@ -9,10 +9,10 @@ shows what going on with the Job past its ceiling would reserve, under a Quote i
 
 `start_quote`, launched with that id by the same user within the hour, confirms it: it reserves the Quote from
 the Workspace's Wallet and starts the Job (or runs its missing Trials) exactly as `amber job submit` or `amber
-job continue` do, refuses a Quote that has risen above the amount shown, tags its run with the Job, and queues
-the cell runs itself (it runs in a warm process with Dagster at hand).
+job continue` do, refuses a Quote that has risen above the amount shown, tags its run with the Job, and asks for
+the cell runs as the CLI does (`worker_socket.start_cell_runs`).
 
-Who acts: behind `amber serve`, the user signed in to /ui (`auth/launches.py`: the sign-in gate gives each run
+Who acts: behind `amber serve`, the user signed in to /ui (`accounts/launches.py`: the sign-in gate gives each run
 it launches a launch id only it issues, which the run claims); a Workspace that user is not a member of is
 refused in one sentence, and the Job's submitter and the audit log name them. Launched on the server's host
 (`amber ui`), the embedded default's user acts, as on the CLI.
@@ -28,19 +28,18 @@ from typing import Literal
 import dagster as dg
 from pydantic import BaseModel, Field
 
+from amber_pipeline import worker_socket
+from amber_pipeline.accounts import audit, identity, launches, workspaces
+from amber_pipeline.accounts.identity import DEFAULT_WORKSPACE
 from amber_pipeline.analysis.plan import detectable_change_sentence
-from amber_pipeline.api.operations import Acting
-from amber_pipeline.auth import launches
 from amber_pipeline.errors import AmberError, NotFound
-from amber_pipeline.jobs import lifecycle, quotes, records
+from amber_pipeline.jobs import lifecycle, quotes
 from amber_pipeline.jobs.request import JobRequest
-from amber_pipeline.money import audit, identity, workspaces
-from amber_pipeline.money.identity import DEFAULT_WORKSPACE
 from amber_pipeline.money.prices import show
+from amber_pipeline.operations.operation import Acting
 from amber_pipeline.warehouse.catalog import Warehouse
-from assets.cells import JOB_TAG
+from assets.cell_job import JOB_TAG
 from assets.resources import WarehouseResource
-from launcher import cell_runs
 
 QUOTE_TAG = "amber/quote"  # the continuation Quote a continue_job run shows, and start_quote reserves
 SUBMIT_JOB, CONTINUE_JOB = "submit_job", "continue_job"
@@ -233,7 +232,7 @@ def confirm_quote(context: dg.OpExecutionContext, config: StartQuoteConfig, ware
         else:
             made = lifecycle.continue_job(wh, acting.workspace, shown.job_id, shown.amount, quote_id=shown.id,
                                           at_most=shown.reserves)
-    cell_runs.submit(context.instance, records.claim_cells(wh, made.job_id))  # now, not at the sensor's next tick
+    worker_socket.start_cell_runs(wh.paths, made.job_id)  # now, not at the sensor's next tick
     context.add_output_metadata({"job": made.job_id, "benchmark": made.benchmark_label, "quote": made.id,
                                  "reserved_usd": show(made.amount), "by": user})
     context.log.info(f"{user} reserved {show(made.amount)} for {made.job_id} ({made.id}); its cell runs start "

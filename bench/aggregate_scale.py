@@ -19,9 +19,10 @@ Finally a sample of the written numbers is checked against an independent
 computation: per-Task means with NumPy from the Parquet rows, each cell's
 interval from ``bootstrap.mean_intervals`` on that vector (must be ==), and a
 gather bootstrap over the documented resample indices for cells and comparisons.
-Exits non-zero on a mismatch.
+Exits non-zero on a mismatch. `--smoke` is a small run for the test suite:
+20,000 rows (40 Tasks), 1,000 resamples, one child of each kind.
 
-    .venv/bin/python bench/aggregate_scale.py [--rows 1000000] [--resamples 10000] [--keep]
+    .venv/bin/python bench/aggregate_scale.py [--rows 1000000] [--resamples 10000] [--repeats 3] [--smoke] [--keep]
 """
 
 from __future__ import annotations
@@ -207,8 +208,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--resamples", type=int, default=bootstrap.N_RESAMPLES)
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="children of each kind (default 3)")
+    parser.add_argument("--smoke", action="store_true", help="20,000 rows, 1,000 resamples, one child each")
     parser.add_argument("--keep", action="store_true", help="keep the temporary AMBER_HOME")
     args = parser.parse_args()
+    if args.smoke:
+        args.rows, args.resamples, args.repeats = 20_000, 1_000, 1
     resampling = Resampling(n_resamples=args.resamples)
 
     with scratch_home("amber-aggbench-", args.keep) as home:
@@ -217,10 +222,10 @@ def main() -> None:
         rows, n_tasks = generate(wh, args.rows)
         print(f"generated {rows:,} Trial rows ({len(cells())} cells x {n_tasks:,} Tasks x {ATTEMPTS} attempts, "
               f"~0.3% Errored) in {time.perf_counter() - t0:.1f} s under {home}")
-        print(f"each measurement in a fresh process ({sys.executable} -c ...), {REPEATS} times, alternating")
+        print(f"each measurement in a fresh process ({sys.executable} -c ...), {args.repeats} times, alternating")
 
         reaggregations, groupbys = [], []
-        for i in range(REPEATS):
+        for i in range(args.repeats):
             r = run_child(REAGGREGATE_CHILD, [str(home), str(args.resamples)])
             reaggregations.append(r)
             print(f"  run {i + 1}: reaggregate(force=True) {r['seconds']:.3f} s (child process {r['wall']:.2f} s, "

@@ -1,6 +1,6 @@
 """API load: concurrent clients making Quotes and reading results against one hosted server, on loopback.
 
-Measures (`FIGURE api_requests_per_s`, `FIGURE api_p99_ms`) what one `python -m api_server` process (the app
+Measures (`FIGURE api_requests_per_s`, `FIGURE api_p99_ms`) what one `python -m server` process (the app
 `amber serve` runs) answers when 20 clients, each a thread with its own HTTP connection and its own user's
 token, alternate for 60 s between the two requests a user makes most: a Quote (POST .../quotes, by label,
 `trials_per_task` 1: a catalog write that reserves money) and a Job's results (GET .../jobs/{id}/results: a
@@ -69,13 +69,13 @@ import httpx
 from synthetic import scratch_home
 
 from amber_pipeline import embedded
-from amber_pipeline.api.jobs import JobRef, QuoteRequest
-from amber_pipeline.api.operations import OPERATIONS, call_local
-from amber_pipeline.auth import tokens, users
+from amber_pipeline.accounts import identity, tokens, users, workspaces
+from amber_pipeline.accounts.identity import Actor, local_user
 from amber_pipeline.jobs import cell_run, lifecycle, records
 from amber_pipeline.jobs.request import JobRequest
-from amber_pipeline.money import identity, wallet, workspaces
-from amber_pipeline.money.identity import Actor, local_user
+from amber_pipeline.money import wallet
+from amber_pipeline.operations.jobs import JobRef, QuoteRequest
+from amber_pipeline.operations.operation import OPERATIONS, call_local
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
 
@@ -179,11 +179,11 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def serving(paths: AmberPaths, log: Path) -> Iterator[str]:
-    """`python -m api_server` on loopback over ``paths``, in a session of its own, stopped (it and only what it
+    """`python -m server` on loopback over ``paths``, in a session of its own, stopped (it and only what it
     started) when the block ends; its URL once it answers."""
     port = free_port()
     with log.open("w") as sink:
-        server = subprocess.Popen([sys.executable, "-m", "api_server", "--host", HOST, "--port", str(port)],
+        server = subprocess.Popen([sys.executable, "-m", "server", "--host", HOST, "--port", str(port)],
                                   cwd=PROJECT_ROOT, env=embedded.environment(paths), stdout=sink, stderr=sink,
                                   start_new_session=True)
     url = f"http://{HOST}:{port}"
@@ -416,7 +416,7 @@ def main() -> None:
         world = fuzz.populate(wh)
         print(f"setup: {args.clients} clients in {args.workspaces} Workspaces, each with a finished static Job, "
               f"and the fuzz's two users, in {time.perf_counter() - t0:.1f} s")
-        log = home / "api_server.log"
+        log = home / "server.log"
         with serving(paths, log) as url:
             tallies, wall = load(url, setup.clients, args.seconds, args.max_requests)
             t0 = time.perf_counter()

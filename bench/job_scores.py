@@ -12,8 +12,9 @@ Measured in a FRESH child process (cold caches; imports before the clock
 starts): ``store.write_cell`` for each of the Job's four cells, then the Job's
 scores and comparisons (``engine.score`` over ``store.trial_rows`` of the
 Job's files). Three children; the median is the figure. The goal is under 1 s.
+`--smoke` is a small run for the test suite: 50 Tasks, one child.
 
-    .venv/bin/python bench/job_scores.py [--tasks 1000] [--trials 3] [--keep]
+    .venv/bin/python bench/job_scores.py [--tasks 1000] [--trials 3] [--repeats 3] [--smoke] [--keep]
 """
 
 from __future__ import annotations
@@ -94,10 +95,10 @@ def cell_table(cell: Cell, n_tasks: int, trials: int, difficulty: np.ndarray, pa
         in_tok = out_tok = np.zeros(n, dtype=np.int64)
         duration = duration / 4
         cost = duration * SANDBOX_USD_PER_SEC
-    trials = Trials(task=task, attempt=np.tile(np.arange(1, trials + 1, dtype=np.int32), n_tasks), reward=reward,
-                    errored=rng.random(n) < 0.004, input_tokens=in_tok, output_tokens=out_tok, cost_usd=cost,
-                    duration_sec=duration)
-    return trial_table(cell, WORKSPACE, JOB, BV, trials, datetime(2026, 12, 2, tzinfo=UTC), "SandboxBuildFailedError",
+    rows = Trials(task=task, attempt=np.tile(np.arange(1, trials + 1, dtype=np.int32), n_tasks), reward=reward,
+                  errored=rng.random(n) < 0.004, input_tokens=in_tok, output_tokens=out_tok, cost_usd=cost,
+                  duration_sec=duration)
+    return trial_table(cell, WORKSPACE, JOB, BV, rows, datetime(2026, 12, 2, tzinfo=UTC), "SandboxBuildFailedError",
                        seconds_apart=1)
 
 
@@ -121,8 +122,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=1_000)
     parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="children, one after the other (default 3)")
+    parser.add_argument("--smoke", action="store_true", help="50 Tasks, one child (for the test suite)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary AMBER_HOME")
     args = parser.parse_args()
+    if args.smoke:
+        args.tasks, args.repeats = 50, 1
 
     with scratch_home("amber-jobbench-", args.keep) as home:
         wh = Warehouse(AmberPaths(home))
@@ -130,7 +135,7 @@ def main() -> None:
         print(f"a finished Job: {rows:,} Trials ({len(job_cells())} cells x {args.tasks:,} Tasks x {args.trials}) "
               f"in {len(job_cells())} Trial files under {home}")
         runs = []
-        for i in range(REPEATS):
+        for i in range(args.repeats):
             r = child(home)
             runs.append(r)
             print(f"  run {i + 1}: {r['seconds']:.3f} s = write_cell x {len(job_cells())} {r['write_cells']:.3f} s "

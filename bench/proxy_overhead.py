@@ -11,9 +11,10 @@ until its last byte). The direct call sends the request the proxy would send
 the double does the same work on both paths.
 
 Printed: median and p90 per path and mode, and the figure, the larger of the
-two median differences (proxy - direct). Goal: at most 2 ms.
+two median differences (proxy - direct). Goal: at most 2 ms. `--smoke` is a
+small run for the test suite: 20 timed calls per path and mode after 5.
 
-    .venv/bin/python bench/proxy_overhead.py [--n 500] [--warmup 50]
+    .venv/bin/python bench/proxy_overhead.py [--n 500] [--warmup 50] [--smoke]
 """
 
 from __future__ import annotations
@@ -68,7 +69,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=500, help="timed calls per path and mode")
     parser.add_argument("--warmup", type=int, default=50, help="untimed calls per path and mode first")
+    parser.add_argument("--smoke", action="store_true", help="--n 20 --warmup 5 (for the test suite)")
     args = parser.parse_args()
+    if args.smoke:
+        args.n, args.warmup = 20, 5
     with tempfile.TemporaryDirectory(prefix="amber-bench-proxy-") as tmp:
         double, upstream = start_double(Path(tmp))
         try:

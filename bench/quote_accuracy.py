@@ -29,13 +29,14 @@ from pathlib import Path
 
 from synthetic import scratch_home
 
+from amber_pipeline.accounts import workspaces
+from amber_pipeline.accounts.identity import DEFAULT_WORKSPACE, Actor, local_user
 from amber_pipeline.benchmarks import registry
 from amber_pipeline.cells import cell_file_id
 from amber_pipeline.jobs import cell_run, lifecycle, quotes
 from amber_pipeline.jobs.records import get_job
 from amber_pipeline.jobs.request import JobRequest
-from amber_pipeline.money import wallet, workspaces
-from amber_pipeline.money.identity import DEFAULT_WORKSPACE, Actor, local_user
+from amber_pipeline.money import wallet
 from amber_pipeline.money.prices import show
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse

@@ -45,7 +45,7 @@ import httpx
 
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.sandbox import docker_engine
-from amber_pipeline.sandbox.environment import TRIAL_DIR_LABEL
+from amber_pipeline.sandbox.container import TRIAL_DIR_LABEL
 
 AMBER = str(Path(sys.executable).parent / "amber")
 TASK = PROJECT_ROOT / "examples" / "demo-bench" / "fix-off-by-one"
@@ -150,7 +150,7 @@ def main() -> None:
         shutil.copytree(TASK, bench / TASK.name)
         env = {**os.environ, "AMBER_HOME": str(root / "amber"), "AMBER_CONFIG": str(root / "config.toml")}
         paths = AmberPaths(root / "amber")
-        run([AMBER, "wallet"], env)
+        run([AMBER, "workspace", "create", "default"], env)  # a read (`amber wallet`) makes no Workspace
         run([AMBER, "credit", "add", "--amount", "10", "--reason", "latency bench"], env)
         port = free_port()
         ui = subprocess.Popen([AMBER, "ui", "--port", str(port)], env=env, stdout=subprocess.DEVNULL,

@@ -28,8 +28,11 @@ On 2 cores this too measures overhead, not capacity: both engines run on this on
 cores, so a second engine adds no CPU; the ratio says what spreading cells over engines costs (placement's
 engine checks, TLS to the second engine, a second dockerd and containerd), not how far a second host scales.
 
+`--smoke` is a small run of both for the test suite: 4 writers over 4 Workspaces for 2 s; 2 Jobs of 2 Tasks
+on 2 slots, one round.
+
     .venv/bin/python bench/scale_out.py [--only wallet|engines] [--seconds 10] [--writers 8] [--workspaces 8]
-                                        [--jobs 4] [--tasks 8] [--slots 4] [--rounds 3]
+                                        [--jobs 4] [--tasks 8] [--slots 4] [--rounds 3] [--smoke]
 """
 
 from __future__ import annotations
@@ -47,16 +50,18 @@ import textwrap
 import time
 from collections import Counter
 from decimal import Decimal
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import docker
 from synthetic import scratch_home
 
+from amber_pipeline.accounts import workspaces
+from amber_pipeline.accounts.identity import DEFAULT_WORKSPACE, Actor, local_user
 from amber_pipeline.jobs import cell_run, lifecycle, records
 from amber_pipeline.jobs.records import CellLaunch
 from amber_pipeline.jobs.request import JobRequest
-from amber_pipeline.money import wallet, workspaces
-from amber_pipeline.money.identity import DEFAULT_WORKSPACE, Actor, local_user
+from amber_pipeline.money import wallet
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.sandbox import environment as sandbox
 from amber_pipeline.warehouse.catalog import Warehouse
@@ -200,7 +205,7 @@ def drive(wh: Warehouse, slots: dict[str, int]) -> tuple[float, list[CellLaunch]
     launches = records.claim_cells(wh)
     waiting = {pool: [c for c in launches if c.pool == pool] for pool in slots}
     assert sum(map(len, waiting.values())) == len(launches), [c.pool for c in launches]
-    running: dict[object, tuple[multiprocessing.Process, str]] = {}
+    running: dict[int, tuple[BaseProcess, str]] = {}  # by sentinel
     failed: list[str] = []
     while any(waiting.values()) or running:
         for pool, cells in waiting.items():
@@ -209,11 +214,12 @@ def drive(wh: Warehouse, slots: dict[str, int]) -> tuple[float, list[CellLaunch]
                 proc = fork.Process(target=_cell_run, args=(cell.job_id, cell.cell_key), name=cell.cell_name)
                 proc.start()
                 running[proc.sentinel] = (proc, pool)
-        for sentinel in multiprocessing.connection.wait(list(running)):
-            proc, _ = running.pop(sentinel)
-            proc.join()
-            if proc.exitcode != 0:  # no new run; the others end before the scratch home goes
-                failed.append(f"{proc.name} exited {proc.exitcode}")
+        ready = set(multiprocessing.connection.wait(list(running)))
+        for sentinel in [s for s in running if s in ready]:
+            ended, _ = running.pop(sentinel)
+            ended.join()
+            if ended.exitcode != 0:  # no new run; the others end before the scratch home goes
+                failed.append(f"{ended.name} exited {ended.exitcode}")
                 waiting = {pool: [] for pool in waiting}
     assert not failed, f"cell runs failed: {failed}"
     return time.perf_counter() - started, launches
@@ -305,7 +311,7 @@ def two_engines(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=("wallet", "engines"), help="run one of the two measurements")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--writers", type=int, default=8)
@@ -314,7 +320,12 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=8, help="demo Tasks per Job, 1 Trial each (default 8)")
     parser.add_argument("--slots", type=int, default=4, help="cell runs at once, split over two engines (default 4)")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each configuration, in turns (default 3)")
+    parser.add_argument("--smoke", action="store_true", help="a small run of both (for the test suite): "
+                        "--seconds 2 --writers 4 --workspaces 4 --jobs 2 --tasks 2 --slots 2 --rounds 1")
     args = parser.parse_args()
+    if args.smoke:
+        args.seconds, args.writers, args.workspaces = 2.0, 4, 4
+        args.jobs, args.tasks, args.slots, args.rounds = 2, 2, 2, 1
     if args.slots < 2:
         parser.error("--slots must be at least 2, to give each engine one")
     if args.only in (None, "wallet"):

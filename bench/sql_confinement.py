@@ -7,9 +7,10 @@ ways, each over a fresh connection: the confined engine of `amber sql`
 (`warehouse.confined.run`: load the Workspace's rows of the views the query
 names, lock the connection down, run) and the attached views Amber's own
 readers use (`Warehouse.query(workspace)`), which are no boundary. Median of
-5 each; the ratio is confined over attached.
+5 each; the ratio is confined over attached. `--smoke` is a small run for the
+test suite: 10,000 Trial rows, 200 ledger entries, median of 3.
 
-    .venv/bin/python bench/sql_confinement.py [--trials 200000] [--keep]
+    .venv/bin/python bench/sql_confinement.py [--trials 200000] [--ledger 2000] [--repeats 5] [--smoke] [--keep]
 """
 
 from __future__ import annotations
@@ -60,9 +61,9 @@ def write_ledger(wh: Warehouse, entries: int) -> None:
             wallet.credit(con, "acting" if i % 2 == 0 else "other", Decimal("1.5"), "bench", f"credit:{i}")
 
 
-def timed(run) -> float:
+def timed(run, repeats: int) -> float:
     times = []
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         t0 = time.perf_counter()
         run()
         times.append(time.perf_counter() - t0)
@@ -76,13 +77,18 @@ def _rounded(rows: list) -> list:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=200_000)
+    parser.add_argument("--ledger", type=int, default=2_000, help="ledger entries (default 2,000)")
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="timings of each way, their median (default 5)")
+    parser.add_argument("--smoke", action="store_true", help="10,000 Trials, 200 ledger entries, median of 3")
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
+    if args.smoke:
+        args.trials, args.ledger, args.repeats = 10_000, 200, 3
     with scratch_home("amber-bench-sql-", args.keep):
         wh = Warehouse(AmberPaths.from_env())
         write_trials(wh, args.trials)
-        write_ledger(wh, 2_000)
-        print(f"{args.trials:,} Trial rows in {args.trials // TRIALS_PER_FILE} files, 2,000 ledger entries; "
+        write_ledger(wh, args.ledger)
+        print(f"{args.trials:,} Trial rows in {args.trials // TRIALS_PER_FILE} files, {args.ledger:,} ledger entries; "
               f"half of each the acting Workspace's")
         for name, query in QUERIES.items():
             ours = confined.run(wh, "acting", query)
@@ -92,8 +98,8 @@ def main() -> None:
                     return con.execute(query).fetchall()
 
             assert _rounded(ours.rows) == _rounded(attached()), name  # the same answer (sums in another order)
-            boundary = timed(lambda query=query: confined.run(wh, "acting", query))
-            baseline = timed(attached)
+            boundary = timed(lambda query=query: confined.run(wh, "acting", query), args.repeats)
+            baseline = timed(attached, args.repeats)
             print(f"{name}: confined {boundary:.3f} s, attached views {baseline:.3f} s")
             print(f"FIGURE sql_confined_{name}_seconds {boundary:.3f} s")
             print(f"FIGURE sql_confined_{name}_ratio {boundary / baseline:.2f} x")

@@ -11,9 +11,14 @@ written. The child also reports its peak RSS. Three children run one after
 the other; the figures are their medians (the disk of a shared machine makes
 single runs vary by half).
 
+The Benchmark folder and the replay are written to a temporary folder of their
+own, outside the scratch AMBER_HOME: Amber quotes no folder inside its home
+(its stored Tasks are not a folder to quote). `--smoke` runs one child over 200
+Tasks, for the test suite.
+
 Goals: at least 200 Tasks per second, peak RSS at most 500 MB.
 
-    .venv/bin/python bench/static_throughput.py [--tasks 1000] [--keep]
+    .venv/bin/python bench/static_throughput.py [--tasks 1000] [--repeats 3] [--smoke] [--keep]
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from synthetic import run_child, scratch_home
@@ -37,8 +43,9 @@ t_import = time.perf_counter()
 from amber_pipeline.jobs import cell_run, lifecycle
 from amber_pipeline.jobs.records import cells_of, get_job
 from amber_pipeline.jobs.request import JobRequest
-from amber_pipeline.money import wallet, workspaces
-from amber_pipeline.money.identity import Actor
+from amber_pipeline.accounts import workspaces
+from amber_pipeline.money import wallet
+from amber_pipeline.accounts.identity import Actor
 from amber_pipeline.models import configurations
 from amber_pipeline.paths import AmberPaths
 from amber_pipeline.scoring import store
@@ -91,22 +98,27 @@ def write_benchmark(root: Path, n: int) -> tuple[Path, Path]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=1000)
-    parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="children, one after the other (default 3)")
+    parser.add_argument("--smoke", action="store_true", help="one child over 200 Tasks (for the test suite)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary AMBER_HOME")
     args = parser.parse_args()
-    with scratch_home("amber-bench-static-", args.keep) as home:
-        bench, replay = write_benchmark(home / "input", args.tasks)
+    if args.smoke:
+        args.tasks, args.repeats = 200, 1
+    with scratch_home("amber-bench-static-", args.keep) as home, \
+            tempfile.TemporaryDirectory(prefix="amber-bench-static-input-") as inputs:
+        bench, replay = write_benchmark(Path(inputs), args.tasks)  # outside AMBER_HOME, where Amber quotes it
         double = subprocess.Popen(
             [sys.executable, "-m", "amber_pipeline.models.provider_double", "--replay", str(replay),
              "--tasks", str(bench)], stdout=subprocess.PIPE, text=True)
         try:
             assert double.stdout is not None
             url = double.stdout.readline().strip().rsplit(" at ", 1)[1]
-            model = home / "input" / "bench-model.toml"
+            model = Path(inputs) / "bench-model.toml"
             model.write_text(f'name = "bench-model"\nmodel = "bench-model"\nprovider = "openai-compatible"\n'
                              f'base_url = "{url}"\n[prices]\ninput = 1.0\ncached_input = 0.1\noutput = 5.0\n'
                              f'source = "bench"\n')
             results = []
-            for _ in range(REPEATS):
+            for _ in range(args.repeats):
                 shutil.rmtree(home / "warehouse", ignore_errors=True)
                 shutil.rmtree(home / "benchmarks", ignore_errors=True)
                 result = run_child(CHILD, [str(bench), str(model), getpass.getuser()])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -68,6 +69,10 @@ def trial_table(cell: Cell, workspace: str, job_id: str, benchmark_version_id: s
         "cached_input_tokens": pa.array(np.zeros(n, dtype=np.int64)), "model_calls": pa.array(np.ones(n, np.int32)),
         "agent_input_tokens": pa.array(trials.input_tokens), "agent_output_tokens": pa.array(trials.output_tokens),
         "agent_cost_usd": pa.nulls(n, pa.float64()),
+        # a Task's content hash stands in as the hash of its name; where a Trial's time went is unknown, as in
+        # older rows
+        "task_hash": pa.array([hashlib.sha256(t.encode()).hexdigest() for t in names]).take(pa.array(trials.task)),
+        **{phase: pa.nulls(n, pa.float64()) for phase in ("image_sec", "environment_sec", "agent_sec", "verifier_sec")},
     }
     return pa.Table.from_pydict(cols, schema=TRIAL_SCHEMA)
 

@@ -14,8 +14,9 @@ Trials per Task) at concurrency 1, 2 and 4, against T direct lifecycles run by
 as many threads, each timed from first start to last finish.
 
 The lines that start with FIGURE are for machines: `FIGURE <name> <value> <unit>`.
+`--smoke` is a small run for the test suite: --n 3 --trials 4 (each concurrency still runs).
 
-    .venv/bin/python bench/trial_overhead.py [--n 10] [--trials 40] [--concurrency 1,2,4] [--quick]
+    .venv/bin/python bench/trial_overhead.py [--n 10] [--trials 40] [--concurrency 1,2,4] [--quick] [--smoke]
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from amber_pipeline.agents.catalog import agent_spec
+from amber_pipeline.agents.specs import agent_spec
 from amber_pipeline.benchmarks import versions as benchmark
 from amber_pipeline.cells import NO_MODEL, Cell
 from amber_pipeline.jobs import trial_runner
@@ -115,7 +116,9 @@ def direct_trial(client, image_id: str) -> float:
         code, _ = c.exec_run(["bash", "/tests/test.sh"])
         stream, _ = c.get_archive("/logs/verifier/reward.txt")
         with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-            reward = float(tar.extractfile(tar.getmembers()[0]).read())
+            member = tar.extractfile(tar.getmembers()[0])
+            assert member is not None, "reward.txt is not a file"
+            reward = float(member.read())
         if code != 0 or reward != 0.0:
             raise SystemExit(f"direct lifecycle: test.sh exited {code}, reward {reward}")
     finally:
@@ -155,9 +158,12 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=40, help="Trials on each side per concurrency (default 40)")
     parser.add_argument("--concurrency", default="1,2,4", help="concurrencies for throughput (default 1,2,4)")
     parser.add_argument("--quick", action="store_true", help="a short run: --n 5 --trials 12")
+    parser.add_argument("--smoke", action="store_true", help="a shorter run, for the test suite: --n 3 --trials 4")
     args = parser.parse_args()
     if args.quick:
         args.n, args.trials = 5, 12
+    if args.smoke:
+        args.n, args.trials = 3, 4
     concurrencies = [int(c) for c in args.concurrency.split(",") if c]
     client = docker_engine.connect()
     with tempfile.TemporaryDirectory(prefix="amber-bench-") as tmp:

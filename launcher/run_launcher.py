@@ -32,7 +32,7 @@ from dagster._grpc.types import ExecuteRunArgs, ResumeRunArgs
 from dagster._serdes import ConfigurableClass, ConfigurableClassData
 from dagster_shared.serdes import serialize_value
 
-from amber_pipeline import warm_worker
+from amber_pipeline import worker_socket
 from amber_pipeline.jobs import workers
 from amber_pipeline.paths import PROJECT_ROOT
 
@@ -78,7 +78,7 @@ class WarmRunLauncher(RunLauncher, ConfigurableClass):
 
     def _start_worker(self, run: DagsterRun, command: str, args: str) -> None:
         """`dagster api COMMAND ARGS` for the run: forked by the warm worker, else as a new process."""
-        reply = warm_worker.ask(Path(self._instance.root_directory), {"op": command, "args": args})
+        reply = worker_socket.ask(Path(self._instance.root_directory), {"op": command, "args": args})
         if reply and "pid" in reply:
             pid, how = int(reply["pid"]), "forked by the warm worker"
         else:

@@ -3,13 +3,14 @@
 A cell run started as a new interpreter spends seconds importing Dagster,
 Amber, Harbor and litellm before its first Trial. This process imports them
 once, when the embedded Amber starts (`amber daemon start`, `amber ui`), then
-waits on a Unix socket (`amber_pipeline.warm_worker`) and forks:
+waits on a Unix socket (`amber_pipeline.worker_socket`) and forks:
 
 - ``{"op": "execute_run", "args": ...}`` from `WarmRunLauncher`: a child that
   runs the Dagster run exactly as `dagster api execute_run` would (and
   ``resume_run``, for a run whose worker died, as `dagster api resume_run`);
-- ``{"op": "start_job", "job_id": ...}`` from the CLI: a child
-  that claims the Job's cells and queues their runs (`cell_runs.submit`).
+- ``{"op": "start_job", "job_id": ...}`` from whoever started a Job (the CLI,
+  the API, `start_quote`): a child that makes the Job's cell runs
+  (`cell_runs.launch`: the sensor's requests, submitted at once).
 
 Each child starts a session of its own, so stopping the daemon and this worker
 (one process group) lets the runs in progress finish. The worker itself opens
@@ -35,9 +36,10 @@ from pathlib import Path
 
 # What a run or a launch imports, measured: Amber's definitions (Dagster, DuckDB, Arrow), Harbor's trial engine and
 # Agents, litellm (Terminus-2's client), and the Dagster machinery a run worker loads lazily (SQLite storage with
-# SQLAlchemy and Alembic, 0.6 s; the run command; the in-process code location).
+# SQLAlchemy and Alembic, 0.6 s; the run command; the in-process code location), and pandas, which DuckDB imports
+# at a process's first query with parameters (0.3 s, in every run and every launch).
 PRELOAD = ("amber_pipeline.definitions", "harbor.trial.trial", "harbor.agents.factory", "litellm", "docker",
-           "dagster._cli.api", "dagster._core.storage.sqlite_storage", "launcher.cell_runs")
+           "dagster._cli.api", "dagster._core.storage.sqlite_storage", "launcher.cell_runs", "pandas")
 _REQUEST_TIMEOUT_SEC = 5
 
 
@@ -68,14 +70,12 @@ def resume_run(args_json: str) -> None:
 def start_job(job_id: str) -> None:
     import dagster as dg
 
-    from amber_pipeline.jobs import records
     from amber_pipeline.paths import AmberPaths
     from amber_pipeline.warehouse.catalog import Warehouse
     from launcher import cell_runs
 
-    claimed = records.claim_cells(Warehouse(AmberPaths.from_env()), job_id)
     with dg.DagsterInstance.get() as instance:
-        cell_runs.submit(instance, claimed)
+        cell_runs.launch(instance, Warehouse(AmberPaths.from_env()), job_id)
 
 
 def _fork(work: Callable[[], None], *sockets: socket.socket) -> int:
@@ -168,10 +168,10 @@ def serve(path: Path) -> None:
 
 
 def main() -> None:
-    from amber_pipeline import warm_worker
+    from amber_pipeline import worker_socket
 
     seconds = preload()
-    path = warm_worker.socket_path(Path(os.environ["DAGSTER_HOME"]))
+    path = worker_socket.socket_path(Path(os.environ["DAGSTER_HOME"]))
     print(f"warm worker: imports took {seconds:.1f} s; listening on {path}", file=sys.stderr, flush=True)
     serve(path)
 

@@ -17,11 +17,12 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from amber_pipeline.accounts import workspaces
+from amber_pipeline.accounts.identity import DEFAULT_WORKSPACE, Actor, local_user
 from amber_pipeline.jobs import lifecycle
 from amber_pipeline.jobs.records import Job
 from amber_pipeline.jobs.request import JobRequest
-from amber_pipeline.money import wallet, workspaces
-from amber_pipeline.money.identity import DEFAULT_WORKSPACE, Actor, local_user
+from amber_pipeline.money import wallet
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.schemas import TrialRecord, trial_key, trials_table

@@ -29,13 +29,13 @@ import pytest
 from helpers import cli, free_port, ok, refusal, stop_group
 from servers.api import ApiServer
 
-from amber_pipeline.api.registry import OPERATIONS
-from amber_pipeline.auth import tokens, users
+from amber_pipeline.accounts import tokens, users, workspaces
+from amber_pipeline.accounts.identity import Actor, local_user
 from amber_pipeline.jobs import lifecycle
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.models import configurations
-from amber_pipeline.money import wallet, workspaces
-from amber_pipeline.money.identity import Actor, local_user
+from amber_pipeline.money import wallet
+from amber_pipeline.operations.areas import OPERATIONS
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.warehouse.catalog import Warehouse
 

@@ -26,8 +26,8 @@ from schemathesis.core import NOT_SET
 from servers import fuzz
 from servers.api import ApiServer
 
-from amber_pipeline.api.operations import path_value
-from amber_pipeline.api.registry import OPERATIONS
+from amber_pipeline.operations.areas import OPERATIONS
+from amber_pipeline.operations.operation import path_value
 from amber_pipeline.warehouse.catalog import Warehouse
 
 ORACLE_EXAMPLES = 1  # drawn bodies per route and path value, besides the one that reaches the lookup

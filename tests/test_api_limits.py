@@ -25,19 +25,19 @@ import pytest
 from helpers import cli, free_port, refusal, stop_group
 from servers.api import ApiServer
 
-from amber_pipeline.auth import tokens, users
+from amber_pipeline.accounts import tokens, users, workspaces
+from amber_pipeline.accounts.identity import Actor, local_user
 from amber_pipeline.benchmarks.intake.checks import check_tasks
 from amber_pipeline.benchmarks.tasks import MAX_TASK_FILE_BYTES, load_task
 from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import lifecycle
 from amber_pipeline.jobs.request import JobRequest
-from amber_pipeline.money import wallet, workspaces
+from amber_pipeline.money import wallet
 from amber_pipeline.money.amounts import parse_amount
-from amber_pipeline.money.identity import Actor, local_user
-from amber_pipeline.money.user_text import SHOWN_CHARACTERS, quoted
 from amber_pipeline.paths import PROJECT_ROOT
-from amber_pipeline.server.app import BODY_BYTES
+from amber_pipeline.user_text import SHOWN_CHARACTERS, quoted
 from amber_pipeline.warehouse.catalog import Warehouse
+from server.routes import BODY_BYTES
 
 STATIC = PROJECT_ROOT / "examples" / "static-bench"
 MB = 1 << 20
@@ -93,7 +93,7 @@ def peak_rss(pid: int) -> int:
 SERVE = ("import sys, uvicorn\n"
          "from pathlib import Path\n"
          "from amber_pipeline.paths import AmberPaths\n"
-         "from amber_pipeline.server.app import create_app\n"
+         "from server.routes import create_app\n"
          "uvicorn.run(create_app(AmberPaths(Path(sys.argv[1]))), host='127.0.0.1', port=int(sys.argv[2]), "
          "log_level='warning')\n")
 

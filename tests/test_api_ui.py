@@ -24,11 +24,11 @@ from websockets.sync.client import connect
 from websockets.typing import Origin, Subprotocol
 
 from amber_pipeline import embedded
-from amber_pipeline.auth import tokens, users
+from amber_pipeline.accounts import tokens, users
 from amber_pipeline.paths import AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
-from api_server import dagster_ui as dagster_ui_module
-from api_server.dagster_ui import COOKIE, STAFF_ONLY, WS_REFUSED, dagster_ui
+from server import dagster_ui as dagster_ui_module
+from server.dagster_ui import COOKIE, STAFF_ONLY, WS_REFUSED, dagster_ui
 
 pytestmark = [pytest.mark.dagster_ui]
 

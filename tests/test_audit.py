@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from helpers import cli, funded, ok, refusal
 
+from amber_pipeline.accounts.identity import Actor, local_user
 from amber_pipeline.errors import AmberError
 from amber_pipeline.money import wallet
-from amber_pipeline.money.identity import Actor, local_user
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.warehouse.catalog import Warehouse
 
@@ -118,7 +118,7 @@ def test_an_action_and_its_row_are_written_together_or_not_at_all(warehouse: War
     def lost(*_: object, **__: object) -> None:
         raise OSError("the catalog went away mid-transaction")
 
-    monkeypatch.setattr("amber_pipeline.money.audit.record", lost)
+    monkeypatch.setattr("amber_pipeline.accounts.audit.record", lost)
     with pytest.raises(OSError):
         wallet.add_credit(warehouse, me, "default", "7", "second")
     with warehouse.read() as con:

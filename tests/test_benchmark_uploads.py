@@ -20,12 +20,13 @@ import dagster as dg
 import pytest
 from helpers import cli, funded, ok, refusal, request
 
+from amber_pipeline.accounts import workspaces
+from amber_pipeline.accounts.identity import local_user
 from amber_pipeline.benchmarks import registry, uploads
 from amber_pipeline.definitions import defs
 from amber_pipeline.jobs import cell_run, lifecycle, quotes, records, validation
 from amber_pipeline.jobs.request import JobRequest
-from amber_pipeline.money import wallet, workspaces
-from amber_pipeline.money.identity import local_user
+from amber_pipeline.money import wallet
 from amber_pipeline.money.prices import PRICES, usd
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.warehouse.catalog import Warehouse

@@ -19,13 +19,13 @@ import pytest
 import typer
 from helpers import cli, funded, ok, refusal, request, submit
 
-from amber_pipeline.analysis.report import CELL_KEYS
+from amber_pipeline.accounts.identity import local_user
+from amber_pipeline.analysis.report import ReportCell
 from amber_pipeline.cells import cell_file_id
 from amber_pipeline.cli.app import app
 from amber_pipeline.jobs import cell_run as pipeline
 from amber_pipeline.jobs import lifecycle, records
 from amber_pipeline.money import wallet
-from amber_pipeline.money.identity import local_user
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.warehouse import storage
 from amber_pipeline.warehouse.catalog import Warehouse
@@ -350,7 +350,7 @@ def test_results_show_each_cell_with_its_ci_and_each_comparison_with_its_verdict
     assert set(found) == {"job", "benchmark", "status", "message", "cells", "comparisons", "metering_disagreements"}
     assert found["metering_disagreements"] == []  # these Trials carry no count of the Agent's own
     by_route = {c["route"]: c for c in found["cells"]}
-    assert all(set(c) == set(CELL_KEYS) for c in found["cells"])
+    assert all(set(c) == set(ReportCell.model_fields) for c in found["cells"])
     assert [round(x, 3) for x in by_route["terminus-2/judge-replay"]["ci95"]] == [low, high]
     assert by_route["terminus-2/replay-strong"]["ci95"] == [1.0, 1.0]
     assert by_route["terminus-2/replay-weak"]["mean_reward"] == 0.0

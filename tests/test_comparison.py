@@ -34,7 +34,7 @@ from amber_pipeline.analysis import statistics as st
 from amber_pipeline.analysis.compare import compare, compare_many
 from amber_pipeline.analysis.evidence import TrialEvidence
 from amber_pipeline.analysis.leaderboard import leaderboard, load_board
-from amber_pipeline.analysis.plan import plan
+from amber_pipeline.analysis.plan import TasksNeeded, plan
 from amber_pipeline.cli.app import app
 from amber_pipeline.errors import AmberError
 from amber_pipeline.paths import AmberPaths
@@ -84,27 +84,27 @@ def test_compare_numbers_against_independent_computations() -> None:
     b, c, n, both = 9, 3, 40, 15
     base, cand = sides(n, b, c, both, cost=(0.02, 0.05))
     r = compare(base, cand)
-    assert r["paired_cases"] == n and r["pairing"] == "task_and_route"
-    assert r["baseline_rate_percent"] == pytest.approx(100 * (c + both) / n)
-    assert r["candidate_rate_percent"] == pytest.approx(100 * (b + both) / n)
-    assert r["difference_points"] == pytest.approx(100 * (b - c) / n)
-    assert r["difference_ci95"] == pytest.approx(agresti_min_by_hand(b, c, n), abs=1e-9)
+    assert r.paired_cases == n and r.pairing == "task_and_route"
+    assert r.baseline_rate_percent == pytest.approx(100 * (c + both) / n)
+    assert r.candidate_rate_percent == pytest.approx(100 * (b + both) / n)
+    assert r.difference_points == pytest.approx(100 * (b - c) / n)
+    assert r.difference_ci95 == pytest.approx(agresti_min_by_hand(b, c, n), abs=1e-9)
     table = [[both, c], [b, n - b - c - both]]  # rows baseline pass/fail, columns candidate pass/fail
-    assert r["p_value"] == pytest.approx(mcnemar(table, exact=True).pvalue, abs=1e-12)
-    assert r["p_value"] == pytest.approx(binomtest(b, b + c, 0.5).pvalue, abs=1e-12)
+    assert r.p_value == pytest.approx(mcnemar(table, exact=True).pvalue, abs=1e-12)
+    assert r.p_value == pytest.approx(binomtest(b, b + c, 0.5).pvalue, abs=1e-12)
     psi = (b + c) / n
-    d = r["detectable_change_points"] / 100
+    d = r.detectable_change_points / 100
     connor = norm.cdf((d * math.sqrt(n) - norm.ppf(0.975) * math.sqrt(psi)) / math.sqrt(psi - d * d))
     assert connor == pytest.approx(0.8, abs=1e-6)
-    assert r["flip_share_percent"] == pytest.approx(100 * psi)
-    assert [x["task"] for x in r["improved_cases"]] == [f"t{i:04d}" for i in range(b)]
-    assert [x["task"] for x in r["regressed_cases"]] == [f"t{i:04d}" for i in range(b, b + c)]
-    assert all(x["route"] == "terminus-2/m1" for x in r["improved_cases"] + r["regressed_cases"])
-    assert r["cost_usd"] == pytest.approx({"baseline": 0.02 * n, "candidate": 0.05 * n})
-    assert r["verdict"] == st.verdict(tuple(r["difference_ci95"]), None)
-    assert r["advice"] == st.advice(r["verdict"], 0.02 * n, 0.05 * n, None, tuple(r["difference_ci95"]))
-    assert r["margin_points"] is None
-    json.dumps(r)
+    assert r.flip_share_percent == pytest.approx(100 * psi)
+    assert [x.task for x in r.improved_cases] == [f"t{i:04d}" for i in range(b)]
+    assert [x.task for x in r.regressed_cases] == [f"t{i:04d}" for i in range(b, b + c)]
+    assert all(x.route == "terminus-2/m1" for x in r.improved_cases + r.regressed_cases)
+    assert r.cost_usd.model_dump() == pytest.approx({"baseline": 0.02 * n, "candidate": 0.05 * n})
+    assert r.verdict == st.verdict(tuple(r.difference_ci95), None)
+    assert r.advice == st.advice(r.verdict, 0.02 * n, 0.05 * n, None, tuple(r.difference_ci95))
+    assert r.margin_points is None
+    json.dumps(r.model_dump(mode="json"), allow_nan=False)
 
 
 def test_latest_scored_attempt_decides_and_unscored_attempts_are_skipped() -> None:
@@ -112,11 +112,11 @@ def test_latest_scored_attempt_decides_and_unscored_attempts_are_skipped() -> No
             ev("t2", 0.0, attempt=1), ev("t2", 1.0, attempt=2, output_tokens=0)]  # t2's 2nd: model gave nothing
     cand = [ev("t1", 1.0, source="b"), ev("t2", 1.0, source="b")]
     r = compare(base, cand)
-    assert r["baseline_rate_percent"] == 0.0 and r["candidate_rate_percent"] == 100.0
-    assert {x["task"] for x in r["improved_cases"]} == {"t1", "t2"}
+    assert r.baseline_rate_percent == 0.0 and r.candidate_rate_percent == 100.0
+    assert {x.task for x in r.improved_cases} == {"t1", "t2"}
     # costs count every attempt on the paired Tasks, scored or not
-    assert r["cost_usd"]["baseline"] == pytest.approx(0.05)
-    assert any("attempts per paired case" in c for c in r["caveats"])
+    assert r.cost_usd.baseline == pytest.approx(0.05)
+    assert any("attempts per paired case" in c for c in r.caveats)
 
 
 def test_mean_reward_difference_against_scipy_bootstrap() -> None:
@@ -129,13 +129,13 @@ def test_mean_reward_difference_against_scipy_bootstrap() -> None:
         cand += [ev(f"t{i}", float(x), attempt=a + 1, source="b") for a, x in enumerate(rc[:k])]
         diffs.append(rc[:k].mean() - rb[:k].mean())
     base.append(ev("t0", None, attempt=9, errored=True))  # Errored: never averaged as 0
-    mrd = compare(base, cand)["mean_reward_difference"]
-    assert mrd["n_shared_tasks"] == 60
-    assert mrd["mean"] == pytest.approx(float(np.mean(diffs)), abs=1e-12)
+    mrd = compare(base, cand).mean_reward_difference
+    assert mrd.n_shared_tasks == 60
+    assert mrd.mean == pytest.approx(float(np.mean(diffs)), abs=1e-12)
     ref = bootstrap((np.array(diffs),), np.mean, n_resamples=10_000, method="percentile", confidence_level=0.95,
                     random_state=np.random.default_rng(1)).confidence_interval
-    assert mrd["ci95"] == pytest.approx([ref.low, ref.high], abs=0.012)
-    assert mrd["too_close_to_call"] == (ref.low <= 0 <= ref.high)
+    assert mrd.ci95 == pytest.approx([ref.low, ref.high], abs=0.012)
+    assert mrd.too_close_to_call == (ref.low <= 0 <= ref.high)
 
 
 @pytest.mark.parametrize(("b", "c", "n", "margin", "expected"), [
@@ -147,32 +147,32 @@ def test_mean_reward_difference_against_scipy_bootstrap() -> None:
 ])
 def test_verdicts_with_and_without_margin(b: int, c: int, n: int, margin: float | None, expected: str) -> None:
     r = compare(*sides(n, b, c), margin_points=margin)
-    assert r["verdict"] == expected
+    assert r.verdict == expected
     low, high = agresti_min_by_hand(b, c, n)  # the table of spec 4, read off the hand-made interval
     m = margin
     by_hand = ("better" if low > 0 else "worse" if high < 0 else "no measurable difference" if m is None
                else "equivalent" if -m < low and high < m else "not worse" if low > -m
                else "not better" if high < m else "inconclusive")
     assert by_hand == expected
-    assert r["margin_points"] == margin
+    assert r.margin_points == margin
 
 
 def test_likely_not_proved_caveat() -> None:
     r = compare(*sides(20, 5, 0))
-    assert r["verdict"] == "better" and r["p_value"] == pytest.approx(0.0625)
-    assert any("likely, not proved" in c for c in r["caveats"])
+    assert r.verdict == "better" and r.p_value == pytest.approx(0.0625)
+    assert any("likely, not proved" in c for c in r.caveats)
     r = compare(*sides(40, 20, 0))
-    assert not any("likely, not proved" in c for c in r["caveats"])
+    assert not any("likely, not proved" in c for c in r.caveats)
 
 
 @pytest.mark.parametrize(("margin", "fragment"), [(5.0, "is smaller than the 5-point margin"),
                                                   (3.0, "may be smaller than the 3-point margin"), (1.0, None)])
 def test_margin_caveat_for_a_gain(margin: float, fragment: str | None) -> None:
     r = compare(*sides(1000, 30, 0), margin_points=margin)  # interval about [1.9, 4.1] points
-    assert r["verdict"] == "better"
-    low, high = r["difference_ci95"]
+    assert r.verdict == "better"
+    low, high = r.difference_ci95
     assert 1 < low < 3 < high < 5
-    margin_caveats = [c for c in r["caveats"] if "margin" in c]
+    margin_caveats = [c for c in r.caveats if "margin" in c]
     assert len(margin_caveats) == (0 if fragment is None else 1)
     if fragment:
         assert fragment in margin_caveats[0] and "gain" in margin_caveats[0]
@@ -180,10 +180,10 @@ def test_margin_caveat_for_a_gain(margin: float, fragment: str | None) -> None:
 
 def test_margin_caveat_for_a_loss() -> None:
     r = compare(*sides(1000, 0, 30), margin_points=3.0)
-    assert r["verdict"] == "worse"
+    assert r.verdict == "worse"
     high = agresti_min_by_hand(0, 30, 1000)[1]
     assert any(f"loss may be smaller than the 3-point margin: the interval ends at {high:+.1f} points." in c
-               for c in r["caveats"])
+               for c in r.caveats)
 
 
 @pytest.mark.parametrize(("cand_route", "fragment"), [
@@ -193,25 +193,25 @@ def test_margin_caveat_for_a_loss() -> None:
 ])
 def test_paired_by_task_when_no_route_is_shared(cand_route: tuple[str, str], fragment: str) -> None:
     r = compare(*sides(30, 6, 1, 10, cand_route=cand_route))
-    assert r["pairing"] == "task" and r["paired_cases"] == 30
-    assert any("paired by Task only" in c for c in r["caveats"])
-    assert sum(fragment in c for c in r["caveats"]) == 1
-    assert r["improved_cases"][0]["route"] == f"terminus-2/m1 -> {cand_route[0]}/{cand_route[1]}"
-    assert r["routes"] == {"baseline": ["terminus-2/m1"], "candidate": ["/".join(cand_route)]}
+    assert r.pairing == "task" and r.paired_cases == 30
+    assert any("paired by Task only" in c for c in r.caveats)
+    assert sum(fragment in c for c in r.caveats) == 1
+    assert r.improved_cases[0].route == f"terminus-2/m1 -> {cand_route[0]}/{cand_route[1]}"
+    assert r.routes.model_dump() == {"baseline": ["terminus-2/m1"], "candidate": ["/".join(cand_route)]}
 
 
 def test_shared_route_pairs_by_task_and_route_with_a_test_per_route() -> None:
     b1, c1 = sides(30, 8, 1)
     b2, c2 = sides(30, 2, 2, 5, base_route=("terminus-2", "m2"))
     r = compare(b1 + b2, c1 + c2)
-    assert r["pairing"] == "task_and_route" and r["paired_cases"] == 60
-    assert not any("paired by Task only" in c or "differ in" in c for c in r["caveats"])
-    assert r["p_value"] == pytest.approx(binomtest(10, 13, 0.5).pvalue)
-    per = {x["route"]: x for x in r["per_route"]}
-    assert per["terminus-2/m1"]["p_value"] == pytest.approx(binomtest(8, 9, 0.5).pvalue)
-    assert per["terminus-2/m2"]["p_value"] == pytest.approx(1.0)
-    assert per["terminus-2/m2"]["difference_ci95"] == pytest.approx(agresti_min_by_hand(2, 2, 30))
-    assert r["mean_reward_difference"]["n_shared_tasks"] == 60  # one per case, not per Task name
+    assert r.pairing == "task_and_route" and r.paired_cases == 60
+    assert not any("paired by Task only" in c or "differ in" in c for c in r.caveats)
+    assert r.p_value == pytest.approx(binomtest(10, 13, 0.5).pvalue)
+    per = {x.route: x for x in r.per_route}
+    assert per["terminus-2/m1"].p_value == pytest.approx(binomtest(8, 9, 0.5).pvalue)
+    assert per["terminus-2/m2"].p_value == pytest.approx(1.0)
+    assert per["terminus-2/m2"].difference_ci95 == pytest.approx(agresti_min_by_hand(2, 2, 30))
+    assert r.mean_reward_difference.n_shared_tasks == 60  # one per case, not per Task name
 
 
 def test_several_routes_per_side_without_a_shared_one_needs_route() -> None:
@@ -221,7 +221,7 @@ def test_several_routes_per_side_without_a_shared_one_needs_route() -> None:
     with pytest.raises(AmberError, match="the baseline has 2 .*choose one route per side with --route"):
         compare(b1 + b2, c)
     r = compare(b1 + b2, c, route="terminus-2/m2", candidate_route="terminus-2/m3")
-    assert r["pairing"] == "task" and r["routes"]["baseline"] == ["terminus-2/m2"]
+    assert r.pairing == "task" and r.routes.baseline == ["terminus-2/m2"]
     with pytest.raises(AmberError, match="no Trial on route 'x/y'.*terminus-2/m1, terminus-2/m2"):
         compare(b1 + b2, c, route="x/y")
 
@@ -230,9 +230,9 @@ def test_routes_on_one_side_only_are_left_out_with_a_caveat() -> None:
     b1, c1 = sides(10, 3, 0)
     b2, _ = sides(10, 1, 1, base_route=("terminus-2", "m2"))
     r = compare(b1 + b2, c1)
-    assert r["paired_cases"] == 10
-    assert any("left out of the pairing: terminus-2/m2" in c for c in r["caveats"])
-    assert any("10 cases scored on one side only" in c for c in r["caveats"])
+    assert r.paired_cases == 10
+    assert any("left out of the pairing: terminus-2/m2" in c for c in r.caveats)
+    assert any("10 cases scored on one side only" in c for c in r.caveats)
 
 
 def test_compare_errors() -> None:
@@ -247,27 +247,27 @@ def test_compare_errors() -> None:
 
 def test_advice_compares_costs_on_paired_tasks() -> None:
     r = compare(*sides(60, 8, 2), margin_points=5.0)  # not worse
-    assert r["verdict"] == "not worse"
+    assert r.verdict == "not worse"
     cheaper = compare(*sides(60, 8, 2, cost=(0.10, 0.01)), margin_points=5.0)
-    assert cheaper["advice"].startswith("Adopt the candidate")
+    assert cheaper.advice.startswith("Adopt the candidate")
     dearer = compare(*sides(60, 8, 2, cost=(0.01, 0.10)), margin_points=5.0)
-    assert dearer["advice"].startswith("Add cases")
-    assert r["advice"].startswith("Add cases")  # same cost, not worse
+    assert dearer.advice.startswith("Add cases")
+    assert r.advice.startswith("Add cases")  # same cost, not worse
 
 
 def test_compare_many_q_values_against_statsmodels() -> None:
     base = sides(50, 0, 0)[0]  # every Task fails: a candidate solving k Tasks has b = k, c = 0
     cands = {"a": sides(50, 6, 0)[1], "b": sides(50, 1, 0)[1], "c": sides(50, 2, 0)[1], "d": sides(50, 12, 0)[1]}
     r = compare_many(base, cands)
-    ps = [r["comparisons"][k]["p_value"] for k in "abcd"]
+    ps = [r.comparisons[k].p_value for k in "abcd"]
     assert ps == pytest.approx([2 / 2**6, 1.0, 0.5, 2 / 2**12])
     expected = multipletests(ps, method="fdr_bh")[1]
-    assert [r["comparisons"][k]["q_value"] for k in "abcd"] == pytest.approx(list(expected))
-    assert r["n_comparisons"] == 4
-    a = r["comparisons"]["a"]  # better with p < 0.05, but q >= 0.05
-    assert a["verdict"] == "better" and a["p_value"] < 0.05 <= a["q_value"]
-    assert any("Benjamini-Hochberg q = 0.0625 is not below 0.05" in c for c in a["caveats"])
-    assert not any("Benjamini-Hochberg" in c for c in r["comparisons"]["d"]["caveats"])
+    assert [r.comparisons[k].q_value for k in "abcd"] == pytest.approx(list(expected))
+    assert r.n_comparisons == 4
+    a = r.comparisons["a"]  # better with p < 0.05, but q >= 0.05
+    assert a.verdict == "better" and a.p_value < 0.05 <= a.q_value
+    assert any("Benjamini-Hochberg q = 0.0625 is not below 0.05" in c for c in a.caveats)
+    assert not any("Benjamini-Hochberg" in c for c in r.comparisons["d"].caveats)
     with pytest.raises(AmberError, match="No candidate"):
         compare_many(base, {})
 
@@ -287,15 +287,15 @@ def test_leaderboard_ranks_by_hand() -> None:
     r = leaderboard(round_of(6, 4, 1), BOARD, all_tasks=12)
     # Wilson 95% for 6/10 is [31.3, 83.2]: rows above 83.2 -> one (90), above 31.3 -> four (90, 80, 70, 50)
     lo, hi = proportion_confint(6, 10, method="wilson")
-    assert r["pass_rate_ci95"] == pytest.approx([100 * lo, 100 * hi])
-    assert r["pass_rate_percent"] == pytest.approx(60.0)
-    assert r["pass_rate_rank"] == [2, 5]
+    assert r.pass_rate_ci95 == pytest.approx([100 * lo, 100 * hi])
+    assert r.pass_rate_percent == pytest.approx(60.0)
+    assert r.pass_rate_rank == (2, 5)
     # strict: 6/12 = 50%, Wilson [25.4, 74.6]: above 74.6 -> two (90, 80); above 25.4 -> five (all but 20)
     lo, hi = proportion_confint(6, 12, method="wilson")
-    assert r["strict_pass_rate_ci95"] == pytest.approx([100 * lo, 100 * hi])
-    assert r["strict_pass_rate_rank"] == [3, 6]
-    assert r["positions"] == 7 and r["scored_tasks"] == 10 and r["all_tasks"] == 12
-    caveats = " ".join(r["caveats"])
+    assert r.strict_pass_rate_ci95 == pytest.approx([100 * lo, 100 * hi])
+    assert r.strict_pass_rate_rank == (3, 6)
+    assert r.positions == 7 and r.scored_tasks == 10 and r.all_tasks == 12
+    caveats = " ".join(r.caveats)
     assert "6 board rows ran more Trials per Task (up to 5) than this round (1)" in caveats
     assert "carry no intervals" in caveats
     assert "1 attempted Tasks have no scored attempt" in caveats
@@ -304,9 +304,9 @@ def test_leaderboard_ranks_by_hand() -> None:
 
 def test_leaderboard_without_task_list_and_task_names() -> None:
     r = leaderboard(round_of(6, 4), BOARD)
-    assert r["all_tasks"] == 10 and any("Task list was not given" in c for c in r["caveats"])
+    assert r.all_tasks == 10 and any("Task list was not given" in c for c in r.caveats)
     names = [f"s{i}" for i in range(6)] + [f"f{i}" for i in range(4)] + ["x1", "x2"]
-    assert leaderboard(round_of(6, 4), BOARD, all_tasks=names)["strict_pass_rate_rank"] == [3, 6]
+    assert leaderboard(round_of(6, 4), BOARD, all_tasks=names).strict_pass_rate_rank == (3, 6)
     with pytest.raises(AmberError, match="outside the given Task list"):
         leaderboard(round_of(6, 4), BOARD, all_tasks=names[1:])
     with pytest.raises(AmberError, match="more than the 5 given"):
@@ -319,14 +319,15 @@ def test_load_board_csv_and_json(tmp_path: Path) -> None:
     csv_file = tmp_path / "board.csv"
     csv_file.write_text("agent, model, pass_rate, trials_per_task\nA,gpt,61.5%,5\nB,,40,\n")
     rows = load_board(csv_file)
-    assert rows == [{"agent": "A", "model": "gpt", "pass_rate": 61.5, "trials_per_task": 5},
-                    {"agent": "B", "model": "", "pass_rate": 40.0, "trials_per_task": None}]
+    assert [row.model_dump() for row in rows] == [
+        {"agent": "A", "model": "gpt", "pass_rate": 61.5, "trials_per_task": 5},
+        {"agent": "B", "model": "", "pass_rate": 40.0, "trials_per_task": None}]
     json_file = tmp_path / "board.json"
     json_file.write_text(json.dumps({"rows": [{"agent": "A", "model": "gpt", "pass_rate": 61.5,
                                                "trials_per_task": 5}]}))
     assert load_board(json_file) == rows[:1]
-    r = leaderboard(round_of(6, 4), rows)
-    assert any("1 board rows do not say how many Trials" in c for c in r["caveats"])
+    r = leaderboard(round_of(6, 4), [row.model_dump() for row in rows])
+    assert any("1 board rows do not say how many Trials" in c for c in r.caveats)
 
 
 @pytest.mark.parametrize(("name", "text", "fragment"), [
@@ -361,7 +362,7 @@ def test_missing_board_file(tmp_path: Path) -> None:
 
 def test_plan_numbers_and_their_inverse() -> None:
     r = plan(100, attempts=3, rate=0.6, flip_share=0.2, delta_points=10)
-    same, other = r["detectable_change_points"]["same_tasks"], r["detectable_change_points"]["other_tasks"]
+    same, other = r.detectable_change_points.same_tasks, r.detectable_change_points.other_tasks
     assert same == pytest.approx(st.paired_detectable_change_points(100, 0.2))
     assert other == pytest.approx(st.detectable_change_points(0.6, 100))
     d, psi = same / 100, 0.2  # Connor's power by hand: exactly 80% at 100 Tasks, less at 99
@@ -372,20 +373,20 @@ def test_plan_numbers_and_their_inverse() -> None:
     assert st.tasks_needed(same + 0.01, flip_share=0.2) == 100
     assert st.tasks_needed(other, rate=0.6) <= 100
     assert st.detectable_change_points(0.6, st.tasks_needed(other, rate=0.6)) <= other + 1e-6
-    assert r["tasks_needed"] == {"same_tasks": st.tasks_needed(10, flip_share=0.2),
-                                 "other_tasks": st.tasks_needed(10, rate=0.6)}
-    assert r["trials_per_side"] == 300
-    assert "Attempts per Task (3) do not change these numbers" in r["notes"][0]
-    assert r["detectable_change_points"] == plan(100, attempts=1, rate=0.6, flip_share=0.2)["detectable_change_points"]
+    assert r.tasks_needed == TasksNeeded(same_tasks=st.tasks_needed(10, flip_share=0.2),
+                                         other_tasks=st.tasks_needed(10, rate=0.6))
+    assert r.trials_per_side == 300
+    assert "Attempts per Task (3) do not change these numbers" in r.notes[0]
+    assert r.detectable_change_points == plan(100, attempts=1, rate=0.6, flip_share=0.2).detectable_change_points
 
 
 def test_plan_impossible_changes_are_notes_not_errors() -> None:
     r = plan(50, flip_share=0.1, delta_points=15)
-    assert r["tasks_needed"]["same_tasks"] is None and r["tasks_needed"]["other_tasks"] is not None
-    assert any("can't happen on the same Tasks when only 10% of results flip" in n for n in r["notes"])
+    assert r.tasks_needed.same_tasks is None and r.tasks_needed.other_tasks is not None
+    assert any("can't happen on the same Tasks when only 10% of results flip" in n for n in r.notes)
     r = plan(1, rate=0.5, flip_share=1.0)
-    assert r["detectable_change_points"]["same_tasks"] is None
-    json.dumps(r)
+    assert r.detectable_change_points.same_tasks is None
+    json.dumps(r.model_dump(mode="json"), allow_nan=False)
 
 
 @pytest.mark.parametrize(("kwargs", "fragment"), [
@@ -447,7 +448,7 @@ def test_cli_compare_json_and_several_candidates(cli: tuple) -> None:
     code, out, _ = run(app, "compare", "job-a", "job-b", "--json")
     data = json.loads(out)
     assert code == 0 and data["candidate"] == "job-b"
-    assert data["p_value"] == pytest.approx(compare(sources["job-a"], sources["job-b"])["p_value"])
+    assert data["p_value"] == pytest.approx(compare(sources["job-a"], sources["job-b"]).p_value)
     code, out, _ = run(app, "compare", "job-a", "job-b", "job-c", "--json")
     data = json.loads(out)
     ps = [data["comparisons"][k]["p_value"] for k in ("job-b", "job-c")]
@@ -499,7 +500,7 @@ def test_cli_plan(cli: tuple) -> None:
     code, out, _ = run(app, "plan", "--tasks", "100", "--rate", "60", "--flip-share", "20", "--change", "10",
                        "--json")
     assert code == 0
-    assert json.loads(out) == json.loads(json.dumps(plan(100, rate=0.6, flip_share=0.2, delta_points=10)))
+    assert json.loads(out) == plan(100, rate=0.6, flip_share=0.2, delta_points=10).model_dump(mode="json")
     code, out, _ = run(app, "plan", "--tasks", "100", "--attempts", "3", "--change", "10")
     assert code == 0 and "A round of 100 Tasks (3 attempts each, 300 Trials per side)" in out
     assert "note: Attempts per Task (3) do not change these numbers" in " ".join(out.split())

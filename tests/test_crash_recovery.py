@@ -23,24 +23,23 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from pathlib import Path
 
 import dagster as dg
 import docker
 import pytest
-from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
-from dagster._core.utils import make_new_run_id
 from helpers import cli, costs_and_charges, funded, request, submit
 
 from amber_pipeline import failpoints
+from amber_pipeline.accounts.identity import local_user
 from amber_pipeline.jobs import lifecycle, records, recovery
-from amber_pipeline.money.identity import local_user
 from amber_pipeline.paths import PROJECT_ROOT
-from amber_pipeline.sandbox.environment import TRIAL_DIR_LABEL
+from amber_pipeline.sandbox.container import TRIAL_DIR_LABEL
 from amber_pipeline.warehouse.catalog import Warehouse
-from assets.cells import CELL_TAG, JOB_TAG
+from assets.cell_job import CELL_TAG, JOB_TAG
 from assets.resources import WarehouseResource
-from sensors.cell_runs import dead_cell_sensor
+from sensors.dead_cells import dead_cell_sensor
 
 pytestmark = pytest.mark.docker
 
@@ -128,6 +127,7 @@ def test_a_run_killed_at_a_failpoint_settles_its_job(tmp_path: Path, warehouse: 
 
     ok = cli("job", "status", job.id)  # a read changes nothing: a run Dagster started would be resumed
     assert ok.exit_code == 0, ok.output
+    assert "its run's process is gone; the daemon resumes the run" in " ".join(ok.output.split())  # but says so
     assert records.get_job(warehouse, job.id, None).status == "running"
     with dg.instance_for_test() as instance:  # no Dagster run started this one: the sensor judges it by its pid
         dead_cell_sensor(dg.build_sensor_context(instance=instance, resources={"warehouse": WarehouseResource()}))
@@ -145,7 +145,7 @@ def test_a_run_killed_at_a_failpoint_settles_its_job(tmp_path: Path, warehouse: 
     else:
         failed = records.get_job(warehouse, job.id, None)
         assert failed.status == "failed" and "its run's process died" in (failed.message or ""), failed
-    assert recovery.recover(warehouse) == []  # once: a second recovery finds nothing to do
+    assert recovery.recover(warehouse, job.id) == []  # once: a second recovery finds nothing to do
 
 
 def test_a_run_killed_during_a_trial_leaves_no_sandbox_and_cancel_refunds(tmp_path: Path,
@@ -206,7 +206,7 @@ def test_the_sensor_ends_a_cell_whose_dagster_run_failed(tmp_path: Path, warehou
         con.execute("update job_cells set status = 'running', worker = 'elsewhere/1/1' where job_id = ?", [job.id])
     context = dict(resources={"warehouse": WarehouseResource()})
     with dg.instance_for_test() as instance:
-        run = DagsterRun(job_name="cell_job", run_id=make_new_run_id(), status=DagsterRunStatus.STARTED,
+        run = dg.DagsterRun(job_name="cell_job", run_id=str(uuid.uuid4()), status=dg.DagsterRunStatus.STARTED,
                          tags={JOB_TAG: job.id, CELL_TAG: cell.cell_key})
         instance.add_run(run)
         dead_cell_sensor(dg.build_sensor_context(instance=instance, **context))

@@ -16,17 +16,17 @@ import dagster as dg
 import pytest
 from helpers import funded, race, request, submit
 
+from amber_pipeline.accounts.identity import local_user
 from amber_pipeline.cells import cell_file_id
 from amber_pipeline.definitions import defs
 from amber_pipeline.jobs import cell_names, lifecycle, records
-from amber_pipeline.money.identity import local_user
 from amber_pipeline.money.prices import show
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.warehouse.catalog import Warehouse
-from assets.cells import CELL_AGGREGATES, CELL_TAG, JOB_TAG, REWARDS, cell_scores, cells, trials
+from assets.cell_job import CELL_AGGREGATES, CELL_TAG, JOB_TAG, REWARDS, cell_scores, cells, trials
 from assets.comparisons import comparisons
 from assets.resources import WarehouseResource
-from sensors.job_requests import job_request_sensor
+from sensors.started_jobs import job_request_sensor
 
 DEMO_BENCH = PROJECT_ROOT / "examples" / "demo-bench"
 TWO_TASKS = ("fix-off-by-one", "ini-port-change")
@@ -256,7 +256,7 @@ LOCK_WORKER = textwrap.dedent("""
     import json, sys, time
     from amber_pipeline.jobs import lifecycle, records
     from amber_pipeline.jobs.request import JobRequest
-    from amber_pipeline.money.identity import local_user
+    from amber_pipeline.accounts.identity import local_user
     from amber_pipeline.paths import AmberPaths
     from amber_pipeline.warehouse.catalog import Warehouse
 
@@ -378,8 +378,10 @@ def test_continue_job_shows_the_missing_trials_and_start_quote_reserves_them_and
     assert records.get_job(warehouse, job.id, "default").status == "running"
     assert instance.get_run_by_id(ran.run_id).tags[JOB_TAG] == job.id
     [cell] = records.cells_of(warehouse, job.id)
-    queued = instance.get_runs(dg.RunsFilter(tags={JOB_TAG: job.id, CELL_TAG: cell.cell_key}))
-    assert [r.tags["dagster/run_key"] for r in queued] == [f"{job.id}:{cell_file_id(cell.cell_key)}:r1"]
+    # No warm worker runs here to take start_quote's ask, so the sensor's next tick makes the cell's run.
+    asked = job_request_sensor(sensor_context(instance, None))
+    assert isinstance(asked, dg.SensorResult)
+    assert [r.run_key for r in asked.run_requests] == [f"{job.id}:{cell_file_id(cell.cell_key)}:r1"]
     # What was shown is what was reserved, under the Quote's id.
     assert reservations(warehouse)[len(before):] == [(quote_id, Decimal(shown["quote"]["reserves"]))]
     assert shown["ceiling_usd"] == show(made.amount)

@@ -29,27 +29,21 @@ import docker
 import httpx
 import pytest
 import yaml
-from dagster._config import process_config, resolve_to_config_type
-from dagster._core.errors import DagsterInvalidConfigError
-from dagster._core.instance.config import dagster_instance_config
-from dagster._core.instance.ref import InstanceRef
-from dagster._core.remote_origin import GrpcServerCodeLocationOrigin
-from dagster._core.workspace.config_schema import ensure_workspace_config
-from dagster._serdes.config_class import class_from_code_pointer
 from helpers import costs_and_charges, funded, request, stop_group, submit
 from servers import dockerd, postgres, s3
 from servers.ports import free_port
 
-from amber_pipeline import embedded, settings, warm_worker
-from amber_pipeline.api.jobs import launch
+from amber_pipeline import embedded, settings, worker_socket
+from amber_pipeline.accounts.identity import local_user
 from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import lifecycle, records
-from amber_pipeline.money.identity import local_user
+from amber_pipeline.operations.jobs import launch
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.sandbox import docker_engine, engines
-from amber_pipeline.sandbox.environment import TRIAL_DIR_LABEL
+from amber_pipeline.sandbox.container import TRIAL_DIR_LABEL
 from amber_pipeline.warehouse.catalog import Warehouse
-from assets.cells import JOB_TAG
+from assets.cell_job import JOB_TAG
+from launcher import deploy_files
 
 DEPLOY = PROJECT_ROOT / "deploy"
 INSTANCE_FILES = sorted(DEPLOY.glob("dagster.*.yaml"))
@@ -66,29 +60,13 @@ DEPLOY_ENV = {"AMBER_DAGSTER_PG_URL": "postgresql+psycopg2://amber@127.0.0.1:1/d
 
 # ---- 1. the files, against Dagster's schemas ----------------------------------------------------------------
 
-def check_instance_file(path: Path) -> dict[str, Any]:
-    """Load a dagster.yaml as Dagster does (the instance schema), then check each configured class's own
-    config against that class's schema as Dagster would when it makes the class, without making it; the
-    instance config."""
-    config, _ = dagster_instance_config(str(path.parent), path.name)
-    for section in ("run_launcher", "run_coordinator", "compute_logs", "local_artifact_storage", "scheduler"):
-        if section not in config:
-            continue
-        klass = class_from_code_pointer(config[section]["module"], config[section]["class"])
-        checked = process_config(resolve_to_config_type(klass.config_type()),  # type: ignore[attr-defined]
-                                 config[section].get("config") or {})
-        if not checked.success:
-            raise DagsterInvalidConfigError(f"{path.name}: {section}", checked.errors, config[section])
-    return dict(config)
-
-
 def test_every_deploy_file_loads_against_dagsters_schema(monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in DEPLOY_ENV.items():
         monkeypatch.setenv(name, value)
     assert {p.name for p in INSTANCE_FILES} == {"dagster.postgres.yaml", "dagster.docker.yaml", "dagster.k8s.yaml"}
     launchers = {}
     for path in [PROJECT_ROOT / "dagster.yaml", *INSTANCE_FILES]:
-        config = check_instance_file(path)
+        config = deploy_files.instance_config(path)
         launchers[path.name] = config["run_launcher"]["class"]
         # every file: a run whose worker died resumed twice at most, never run again as a new run
         assert config["run_monitoring"]["enabled"] and config["run_monitoring"]["max_resume_run_attempts"] == 2
@@ -99,7 +77,7 @@ def test_every_deploy_file_loads_against_dagsters_schema(monkeypatch: pytest.Mon
                          "dagster.docker.yaml": "DockerRunLauncher", "dagster.k8s.yaml": "K8sRunLauncher"}
 
     workspace = DEPLOY / "workspace.grpc.yaml"
-    [entry] = ensure_workspace_config(yaml.safe_load(workspace.read_text()), str(workspace))["load_from"]
+    [entry] = deploy_files.code_locations(workspace)
     assert entry == {"grpc_server": {"host": "127.0.0.1", "port": 4000, "location_name": "amber"}}
 
 
@@ -142,8 +120,8 @@ def test_a_broken_variant_is_caught(case: str, tmp_path: Path, monkeypatch: pyte
     else:
         section[key] = value
     (tmp_path / name).write_text(yaml.safe_dump(config))
-    with pytest.raises(DagsterInvalidConfigError):
-        check_instance_file(tmp_path / name)
+    with pytest.raises(dg.DagsterInvalidConfigError):
+        deploy_files.instance_config(tmp_path / name)
 
 
 def test_a_daemon_that_cannot_load_its_instance_stops_with_one_sentence_and_leaves_nothing(
@@ -156,7 +134,7 @@ def test_a_daemon_that_cannot_load_its_instance_stops_with_one_sentence_and_leav
     assert str(refused.value) == f"The Dagster daemon stopped at once: see {paths.dagster_home / 'daemon.log'}."
     assert "AMBER_DAGSTER_PG_URL" in (paths.dagster_home / "daemon.log").read_text()
     assert embedded.daemon_pid(paths) is None
-    assert warm_worker.ask(paths.dagster_home, {"op": "ping"}) is None  # its warm worker went with it
+    assert worker_socket.ask(paths.dagster_home, {"op": "ping"}) is None  # its warm worker went with it
     assert not (paths.dagster_home / "warm-worker.pid").exists()
 
 
@@ -188,7 +166,7 @@ class Deployment:
     s3: s3.S3Server
 
     def instance(self) -> dg.DagsterInstance:
-        return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(self.wh.paths.dagster_home)))
+        return dg.DagsterInstance.from_config(str(self.wh.paths.dagster_home))
 
 
 @pytest.fixture(scope="module")
@@ -348,7 +326,7 @@ def test_a_job_on_postgres_scores_as_on_the_embedded_sqlite_instance(tmp_path: P
         for run in runs:
             assert run.tags["dagster/sensor_name"] == "job_request_sensor"
             origin = run.remote_job_origin.repository_origin.code_location_origin
-            assert isinstance(origin, GrpcServerCodeLocationOrigin) and origin.location_name == "amber"
+            assert type(origin).__name__ == "GrpcServerCodeLocationOrigin" and origin.location_name == "amber"
     # The cell runs are rows of the Dagster database, not of a file under AMBER_HOME.
     counted = pg.psql(database_of(deployment.url), "select count(*) from runs r join run_tags t on "
                       f"t.run_id = r.run_id where t.key = '{JOB_TAG}' and t.value = '{job.id}' "
@@ -484,7 +462,7 @@ def test_a_cell_runs_in_a_container_of_the_docker_run_launcher(tmp_path: Path, p
         job = submit(wh, str(bench(tmp_path, {"fix-off-by-one": 0})), "oracle", [], 1)
         launch(wh, job.id)
         wait_for(f"Job {job.id} to end", lambda: records.get_job(wh, job.id, None).ended, 180)
-        with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(paths.dagster_home))) as instance:
+        with dg.DagsterInstance.from_config(str(paths.dagster_home)) as instance:
             [run] = wait_for("the run's last events", lambda: finished_runs(instance, job.id, 1), 30)
             assert run.status == dg.DagsterRunStatus.SUCCESS, [
                 e.dagster_event.step_failure_data.error.to_string()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from amber_pipeline.agents.catalog import agent_spec
+from amber_pipeline.agents.specs import agent_spec
 from amber_pipeline.benchmarks import versions as benchmark
 from amber_pipeline.cells import NO_MODEL, Cell
 from amber_pipeline.jobs import trial_runner

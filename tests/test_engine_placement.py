@@ -102,9 +102,9 @@ tls_key = "{certs / 'key.pem'}"
     assert {"key": "dagster/partition", "value": {"applyLimitPerUniqueValue": True}, "limit": 1} in \
         runs["tag_concurrency_limits"]  # the repository's own limits stay
     assert runs["max_concurrent_runs"] == 4
-    from dagster._core.instance.config import dagster_instance_config
+    from launcher import deploy_files
 
-    dagster_instance_config(str(made.parent), made.name)  # Dagster's own schema takes it
+    deploy_files.instance_config(made)  # Dagster's own schemas take it
 
     monkeypatch.delenv("AMBER_SANDBOX_HOSTS")
     embedded.write_instance_config(made)

@@ -7,7 +7,9 @@ import random
 from pathlib import Path
 
 from amber_pipeline.analysis import plots
+from amber_pipeline.analysis.evidence import TrialEvidence
 from amber_pipeline.analysis.frontier import Point, on_frontier
+from amber_pipeline.analysis.report import build_report
 
 
 def test_frontier_by_hand() -> None:
@@ -29,13 +31,22 @@ def test_frontier_matches_a_brute_force_definition() -> None:
         assert on_frontier(points) == want
 
 
+def attempt(task: str, model: str | None, reward: float, cost: float) -> TrialEvidence:
+    return TrialEvidence(
+        source="job-f", trial_name=f"{task}__{model}", task_name=task, agent="oracle" if model is None else "t2",
+        model=model, attempt=1, reward=reward, errored=False, exception_type=None, started_at=None, finished_at=None,
+        agent_duration_sec=None, agent_timeout_sec=None, input_tokens=10, output_tokens=5, cost_usd=cost,
+        model_used=True, trajectory_steps=1, trajectory_ended_with_error=False, repeated_tool_error=False,
+        tests_passed=None, tests_total=None, trial_dir=None)
+
+
 def test_a_report_plot_adds_cost_and_score_when_models_are_compared(tmp_path: Path) -> None:
-    report = {"title": "t", "cells": [
-        {"route": "a", "model": "m1", "mean_reward": 0.6, "ci95": [0.4, 0.8], "cost_usd": 0.4, "n_trials": 8},
-        {"route": "b", "model": "m2", "mean_reward": 0.7, "ci95": [0.5, 0.9], "cost_usd": 1.6, "n_trials": 8},
-        {"route": "oracle", "model": None, "mean_reward": 1.0, "ci95": [1.0, 1.0], "cost_usd": 0.0, "n_trials": 8}]}
-    written = plots.report_plots(report, tmp_path / "r.png")
+    tasks = [f"t{i}" for i in range(8)]
+    cheap = [attempt(t, "m1", float(i < 5), 0.05) for i, t in enumerate(tasks)]
+    dear = [attempt(t, "m2", float(i < 6), 0.2) for i, t in enumerate(tasks)]
+    oracle = [attempt(t, None, 1.0, 0.0) for t in tasks]
+    written = plots.report_plots(build_report(cheap + dear + oracle), tmp_path / "r.png", title="t")
     assert written == [tmp_path / "r.png", tmp_path / "r-cost.png"]
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in written)
-    report["cells"] = report["cells"][:1] + report["cells"][2:]  # one model: nothing to weigh
-    assert plots.report_plots(report, tmp_path / "s.png") == [tmp_path / "s.png"]
+    # one model: nothing to weigh
+    assert plots.report_plots(build_report(cheap + oracle), tmp_path / "s.png") == [tmp_path / "s.png"]

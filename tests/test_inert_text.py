@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from helpers import cli, ok, refusal
 
+from amber_pipeline.accounts.identity import local_user
 from amber_pipeline.cli import output
 from amber_pipeline.cli.output import inert
-from amber_pipeline.money.identity import local_user
-from amber_pipeline.money.user_text import quoted
 from amber_pipeline.paths import PROJECT_ROOT
+from amber_pipeline.user_text import quoted
 
 BOTH_MODES = pytest.mark.usefixtures("cli_mode")  # on the embedded default, then against `amber serve`
 

@@ -28,12 +28,12 @@ from typing import Any
 import pytest
 from helpers import cli, funded, refusal, request
 
-from amber_pipeline.agents.catalog import AGENTS
+from amber_pipeline.accounts.identity import DEFAULT_WORKSPACE, local_user
+from amber_pipeline.agents.specs import AGENTS
 from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import cell_run, lifecycle
 from amber_pipeline.jobs.records import cells_of, get_job
 from amber_pipeline.models.provider_double import ProviderDouble, load_replay
-from amber_pipeline.money.identity import DEFAULT_WORKSPACE, local_user
 from amber_pipeline.money.prices import PRICES
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.sandbox import agent_image, docker_engine
@@ -215,7 +215,7 @@ def test_an_installed_agent_on_another_hosts_engine_reaches_the_proxy_through_it
     from servers import dockerd
 
     from amber_pipeline.jobs import records
-    from amber_pipeline.sandbox.environment import TRIAL_DIR_LABEL
+    from amber_pipeline.sandbox.container import TRIAL_DIR_LABEL
 
     agent, mc = "mini-swe-agent", "gpt-5-mini"
     software = AGENTS[agent].software

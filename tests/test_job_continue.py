@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from helpers import cli, costs_and_charges, funded, ok, refusal, request
 
+from amber_pipeline.accounts.identity import DEFAULT_WORKSPACE, local_user
 from amber_pipeline.jobs import cell_run, lifecycle, records
 from amber_pipeline.jobs.records import cells_of, get_job
 from amber_pipeline.money import wallet
-from amber_pipeline.money.identity import DEFAULT_WORKSPACE, local_user
 from amber_pipeline.money.prices import PRICES, Prices
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.warehouse.catalog import Warehouse

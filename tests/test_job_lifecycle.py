@@ -25,17 +25,17 @@ import dagster as dg
 import pytest
 from helpers import cli, funded, ok, refusal, request
 
+from amber_pipeline.accounts.identity import DEFAULT_WORKSPACE, local_user
 from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import cell_run as pipeline
 from amber_pipeline.jobs import lifecycle as jobs
 from amber_pipeline.jobs import quotes
 from amber_pipeline.jobs.records import FINAL, cells_of, get_job, list_jobs, trials_finished
 from amber_pipeline.money import wallet
-from amber_pipeline.money.identity import DEFAULT_WORKSPACE, local_user
 from amber_pipeline.money.prices import PRICES, Prices, show, usd
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.sandbox import docker_engine
-from amber_pipeline.sandbox.environment import SANDBOX_LABEL
+from amber_pipeline.sandbox.container import SANDBOX_LABEL
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.schemas import TrialRecord
 from assets.resources import WarehouseResource

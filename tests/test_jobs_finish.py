@@ -30,7 +30,7 @@ from helpers import cli, costs_and_charges, ok
 from amber_pipeline import embedded, failpoints
 from amber_pipeline.jobs import records
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
-from amber_pipeline.sandbox.environment import TRIAL_DIR_LABEL
+from amber_pipeline.sandbox.container import TRIAL_DIR_LABEL
 from amber_pipeline.warehouse.catalog import Warehouse
 
 pytestmark = pytest.mark.docker

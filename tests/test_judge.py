@@ -42,20 +42,23 @@ def test_judge_samples_stages_and_alpha(tmp_path: Path) -> None:
     labels = {"count-log-errors__1": "understand", "csv-region-totals__1": "understand",
               "fix-off-by-one__1": "verify", "json-settings-update__1": "verify"}
     out = judge.judge(evidence, "judge-replay", samples=3, stage_labels=labels)
-    assert out["judged"] == 4  # the passed Trial is not judged
-    by_trial = {t["trial"]: t for t in out["trials"]}
+    assert out.judged == 4  # the passed Trial is not judged
+    by_trial = {t.trial: t for t in out.trials}
     for task in tasks:
-        assert by_trial[f"{task}__1"]["samples"] == expected_samples(task, 3)
+        assert by_trial[f"{task}__1"].samples == expected_samples(task, 3)
     # majority stage per Trial, by hand
-    assert [by_trial[f"{t}__1"]["stage"] for t in tasks] == ["understand", "understand", "write", "verify"]
-    assert out["sample_agreement"] == pytest.approx(2 / 4)
+    assert [by_trial[f"{t}__1"].stage for t in tasks] == ["understand", "understand", "write", "verify"]
+    assert out.sample_agreement == pytest.approx(2 / 4)
     units = [expected_samples(t, 3) for t in tasks]
-    assert out["samples_alpha"] == pytest.approx(analysis_stats.krippendorff_alpha_nominal(units))
-    assert out["samples_guidance"] == judge.alpha_guidance(out["samples_alpha"])
-    assert out["labels"]["n_labels"] == 4 and out["labels"]["agreement"] == pytest.approx(3 / 4)
+    assert out.samples_alpha == pytest.approx(analysis_stats.krippendorff_alpha_nominal(units))
+    assert out.samples_guidance == judge.alpha_guidance(out.samples_alpha)
+    assert out.labels is not None
+    assert out.labels.n_labels == 4 and out.labels.agreement == pytest.approx(3 / 4)
     # Nothing the judge read (the Instruction) is in its report.
     instruction = (DEMO / "count-log-errors" / "instruction.md").read_text().strip()
-    assert instruction[:40] not in json.dumps(out)
+    assert instruction[:40] not in out.model_dump_json()
+    # Without labels there is no labels field in its JSON at all.
+    assert "labels" not in judge.judge(evidence, "judge-replay", samples=1).model_dump(mode="json")
 
 
 def test_guidance_thresholds() -> None:

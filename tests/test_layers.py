@@ -121,3 +121,54 @@ def test_the_picture_is_held_to_something() -> None:
     top, bottom = layers()[0], layers()[-1]
     reached = {unit(t) for m in MODULES if unit(m) in top for t in library_imports(m)}
     assert reached & set(bottom) and len(reached) >= 5
+
+
+INTERNALS_PACKAGE = "launcher"  # the run launcher, the run coordinator, and what they need of Dagster's internals
+PRIVATE = re.compile(r"dagster(_shared)?[.]_|dagster_shared\b")
+PROJECT_PACKAGES = ("amber_pipeline", "assets", "sensors", "launcher", "server", "bench", "scripts", "tests")
+
+
+def test_only_the_launcher_package_imports_dagsters_internals() -> None:
+    """Dagster's private modules (underscored, and `dagster_shared`) change in any release: one package takes them,
+    so a Dagster upgrade breaks that package alone. Deferred imports count, and so does `importlib` by name."""
+    offenders = []
+    for package in PROJECT_PACKAGES:
+        for path in sorted((PROJECT_ROOT / package).rglob("*.py")):
+            names = imports(path) | set(re.findall(r"""import_module\(\s*["']([\w.]+)""", path.read_text()))
+            private = sorted(n for n in names if PRIVATE.match(n))
+            if private and path.relative_to(PROJECT_ROOT).parts[0] != INTERNALS_PACKAGE:
+                offenders.append(f"{path.relative_to(PROJECT_ROOT)}: {', '.join(private)}")
+    assert offenders == []
+    assert any(PRIVATE.match(n) for p in (PROJECT_ROOT / INTERNALS_PACKAGE).rglob("*.py") for n in imports(p))
+
+
+# A file name that two modules share names one concept seen from two layers (the CLI's face of an operation, an
+# adapter and its checks, a Dagster asset and its sensor), never two things. A new pair must be added here, with
+# the concept it names, or be renamed.
+SHARED_NAMES = {
+    "account.py": "a user's account: its operations and their commands",
+    "audit.py": "the audit log: its records, its operation, its command",
+    "benchmarks.py": "Benchmarks: their operations and their commands",
+    "jobs.py": "Jobs: their operations and their commands",
+    "models.py": "Model Configurations: their operations and their commands",
+    "money.py": "Workspaces' money: its operations and their commands",
+    "sql.py": "`amber sql`: the confined engine, its operation, its command",
+    "report.py": "the round report: computed, and its command",
+    "compare.py": "paired comparisons: computed, and their command",
+    "launches.py": "the Dagster UI's launch ids: issued and claimed, and stamped on the UI's requests",
+    "benchmark_versions.py": "Benchmark Versions in Dagster: their asset and the sensor that adds them",
+    "humaneval.py": "the HumanEval adapter and its checks",
+    "longmemeval.py": "the LongMemEval adapter and its checks",
+    "mrcr.py": "the MRCR adapter and its checks",
+}
+
+
+def test_a_shared_file_name_is_one_concept() -> None:
+    places: dict[str, list[str]] = {}
+    for package in ("amber_pipeline", "assets", "sensors", "launcher", "server"):
+        for path in (PROJECT_ROOT / package).rglob("*.py"):
+            if path.name not in ("__init__.py", "__main__.py"):
+                places.setdefault(path.name, []).append(str(path.relative_to(PROJECT_ROOT)))
+    shared = {name: sorted(paths) for name, paths in places.items() if len(paths) > 1}
+    assert {name: paths for name, paths in shared.items() if name not in SHARED_NAMES} == {}
+    assert set(SHARED_NAMES) <= set(shared), "a name listed as shared is no longer: take it off the list"

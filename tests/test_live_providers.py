@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 from helpers import funded, request
 
+from amber_pipeline.accounts.identity import DEFAULT_WORKSPACE, local_user
 from amber_pipeline.jobs import cell_run, lifecycle
 from amber_pipeline.jobs.records import cells_of, get_job
 from amber_pipeline.models import secrets
 from amber_pipeline.models.providers import PROVIDERS
-from amber_pipeline.money.identity import DEFAULT_WORKSPACE, local_user
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.warehouse.catalog import Warehouse
 

@@ -33,15 +33,15 @@ from typing import Any
 import pytest
 from helpers import cli, funded, ok, refusal, request, stored_contents
 
-from amber_pipeline.agents.catalog import AGENTS
+from amber_pipeline.accounts import workspaces
+from amber_pipeline.accounts.identity import DEFAULT_WORKSPACE, Actor, local_user
+from amber_pipeline.agents.specs import AGENTS
 from amber_pipeline.benchmarks import static
 from amber_pipeline.jobs import cell_run, lifecycle, static_run
 from amber_pipeline.jobs.records import Job, cells_of, get_job
 from amber_pipeline.models import configurations
 from amber_pipeline.models.configurations import ModelConfiguration, Prices
 from amber_pipeline.models.provider_double import Fault, FaultKind, ProviderDouble, load_replay
-from amber_pipeline.money import workspaces
-from amber_pipeline.money.identity import DEFAULT_WORKSPACE, Actor, local_user
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.warehouse.catalog import Warehouse
 

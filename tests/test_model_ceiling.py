@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 from helpers import costs_and_charges, funded, request
 
+from amber_pipeline.accounts.identity import DEFAULT_WORKSPACE, local_user
 from amber_pipeline.jobs import cell_run, lifecycle, quotes
 from amber_pipeline.jobs.records import cells_of, get_job
 from amber_pipeline.models import configurations
 from amber_pipeline.models.configurations import ModelConfiguration, Prices
 from amber_pipeline.models.provider_double import ProviderDouble, load_replay
-from amber_pipeline.money.identity import DEFAULT_WORKSPACE, local_user
 from amber_pipeline.warehouse.catalog import Warehouse
 
 N_TASKS = 80

@@ -20,9 +20,11 @@ from pathlib import Path
 import pytest
 from helpers import cli, funded, ok, refusal, request
 
-from amber_pipeline.agents.catalog import AGENTS, agent_spec
+from amber_pipeline.accounts.identity import DEFAULT_WORKSPACE, local_user
+from amber_pipeline.agents.specs import AGENTS, agent_spec
 from amber_pipeline.analysis import report
 from amber_pipeline.analysis.evidence import TrialEvidence
+from amber_pipeline.analysis.render_report import render_text
 from amber_pipeline.benchmarks import registry
 from amber_pipeline.cells import NO_MODEL, Cell
 from amber_pipeline.errors import AmberError
@@ -31,7 +33,6 @@ from amber_pipeline.jobs.quotes import TaskFacts
 from amber_pipeline.jobs.records import cells_of, get_job, list_jobs
 from amber_pipeline.models.configurations import model_configuration
 from amber_pipeline.money import wallet
-from amber_pipeline.money.identity import DEFAULT_WORKSPACE, local_user
 from amber_pipeline.money.prices import PRICES, Prices, show, usd
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.warehouse.catalog import Warehouse
@@ -326,14 +327,14 @@ def test_the_report_renders_missing_tasks_per_cell() -> None:
                 "tasks": [{"task": t, "trials": 1, "cost_usd": 0.125} for t in "bc"]},
                {"route": "nop", "cell_key": "k2", "cost_usd": 0.5,
                 "tasks": [{"task": t, "trials": 1, "cost_usd": 0.5 / 3} for t in "abc"]}]
-    built = report.build_report(evidence, missing_tasks=missing)
-    assert built["missing_tasks"] == missing
-    assert "missing_tasks" not in report.build_report(evidence)
-    text = report.render_text(built)
+    built = report.build_report(evidence, missing_tasks=[report.MissingTasks.model_validate(m) for m in missing])
+    assert built.model_dump(mode="json")["missing_tasks"] == missing
+    assert "missing_tasks" not in report.build_report(evidence).model_dump(mode="json")
+    text = render_text(built)
     assert "Missing Tasks (the Job stopped before scoring them; finishing them is estimated at 0.750000 USD)" in text
     assert "  oracle: 2 Tasks, 2 Trials, 0.250000 USD to finish: b, c" in text
     assert "  nop: 3 Tasks, 3 Trials, 0.500000 USD to finish: a, b, c" in text
-    assert "Missing Tasks" not in report.render_text(report.build_report(evidence))
+    assert "Missing Tasks" not in render_text(report.build_report(evidence))
 
 
 @pytest.mark.docker

@@ -24,9 +24,9 @@ import duckdb
 import pytest
 from helpers import cli, ok, refusal, request, sign_in
 
+from amber_pipeline.accounts.identity import local_user
 from amber_pipeline.jobs import lifecycle
 from amber_pipeline.money import wallet
-from amber_pipeline.money.identity import local_user
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
 
@@ -119,7 +119,6 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Instance]:
         with wh.write() as con:  # as its last cell would end it (`lifecycle._end_if_idle`)
             lifecycle.transition(con, completed.job_id, "completed")
             wallet.release(con, "default", completed.id, completed.job_id, "unspent when the Job ended completed")
-        ok(cli("wallet"))  # every command expires what is due: nothing is left to expire
     yield Instance(home, config, tasks, {"quoted": quoted.job_id, "cancelled": cancelled.job_id,
                                          "expired": expired.id, "others": others.job_id,
                                          "completed": completed.job_id})

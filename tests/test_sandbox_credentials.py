@@ -45,11 +45,11 @@ from typing import Any
 import pytest
 from helpers import funded, request, stored_contents
 
-from amber_pipeline.agents.catalog import AGENTS
+from amber_pipeline.accounts.identity import DEFAULT_WORKSPACE, local_user
+from amber_pipeline.agents.specs import AGENTS
 from amber_pipeline.jobs import cell_run, lifecycle
 from amber_pipeline.jobs.records import cells_of, get_job
 from amber_pipeline.models.provider_double import ProviderDouble, load_replay
-from amber_pipeline.money.identity import DEFAULT_WORKSPACE, local_user
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.sandbox import agent_image, docker_engine
 from amber_pipeline.warehouse.catalog import Warehouse

@@ -259,7 +259,7 @@ class Watch(threading.Thread):
 def test_a_trial_runs_on_engine_2_over_tls_with_no_mounts_and_leaves_nothing_behind(
         engine2, on_engine2, primary, tmp_path) -> None:
     from amber_pipeline.jobs import outcomes
-    from amber_pipeline.sandbox.environment import image_tag
+    from amber_pipeline.sandbox.task_image import image_tag
 
     tag = image_tag(DEMO_TASK / "environment")
     with contextlib.suppress(docker.errors.ImageNotFound):
@@ -288,7 +288,7 @@ def test_a_trial_runs_on_engine_2_over_tls_with_no_mounts_and_leaves_nothing_beh
 def test_engine_2_dying_mid_trial_ends_it_errored_in_bounded_time_and_spares_the_primary(
         engine2, on_engine2, primary, tmp_path) -> None:
     from amber_pipeline.jobs import outcomes
-    from amber_pipeline.sandbox.environment import remove_sandboxes_under
+    from amber_pipeline.sandbox.container import remove_sandboxes_under
 
     primary_pid = dockerd.primary_pid()
     task = tmp_path / "tasks" / "slow-solution"
@@ -334,7 +334,8 @@ def test_a_sandbox_runs_on_engine_2_over_ssh(engine2, primary, tmp_path, monkeyp
     from harbor.models.task.config import TaskConfig as TaskToml
     from harbor.models.trial.paths import TrialPaths
 
-    from amber_pipeline.sandbox.environment import SANDBOX_LABEL, AmberSandbox
+    from amber_pipeline.sandbox.container import SANDBOX_LABEL
+    from amber_pipeline.sandbox.environment import AmberSandbox
 
     with engine_2_by("ssh", engine2, tmp_path, monkeypatch) as name:
         engine = engines.named(name)
@@ -421,7 +422,8 @@ def test_a_sandbox_on_engine_2_reaches_this_machines_proxies_through_its_relay_a
     from harbor.models.trial.paths import TrialPaths
 
     from amber_pipeline.models.proxy import ModelProxy
-    from amber_pipeline.sandbox.environment import SANDBOX_LABEL, AmberSandbox
+    from amber_pipeline.sandbox.container import SANDBOX_LABEL
+    from amber_pipeline.sandbox.environment import AmberSandbox
     from amber_pipeline.sandbox.relay import RELAY_LABEL
 
     reverser = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Reverser)

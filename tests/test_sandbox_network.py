@@ -349,7 +349,8 @@ def sandboxes(tmp_path_factory, docker_client, test_image, net, egress, model_pr
     from harbor.models.task.config import TaskConfig as TaskToml
     from harbor.models.trial.paths import TrialPaths
 
-    from amber_pipeline.sandbox.environment import SANDBOX_LABEL, AmberSandbox
+    from amber_pipeline.sandbox.container import SANDBOX_LABEL
+    from amber_pipeline.sandbox.environment import AmberSandbox
 
     root = tmp_path_factory.mktemp("net")
     task = _make_task(root, test_image)
@@ -562,7 +563,7 @@ def test_harbor_passes_the_network_to_the_sandbox(tmp_path, docker_client, test_
     from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfig, TrialConfig
     from harbor.trial.trial import Trial
 
-    from amber_pipeline.sandbox.environment import remove_sandboxes_under
+    from amber_pipeline.sandbox.container import remove_sandboxes_under
 
     fetch = f"python3 -c {shlex.quote(GET)} http://{net.gateway}:{model_proxy}/ > /app/answer"
     check = ("mkdir -p /logs/verifier; grep -qx 'model proxy here' /app/answer && ! ip route | grep -q default "

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from helpers import cli, ok, refusal, request
 
+from amber_pipeline.accounts.identity import local_user
 from amber_pipeline.analysis import source_paths
 from amber_pipeline.jobs import cell_run, lifecycle, records
-from amber_pipeline.money.identity import local_user
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
 

@@ -21,9 +21,9 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import cli, ok, refusal, sign_in, trial_rows
 
+from amber_pipeline.accounts.identity import local_user
 from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import lifecycle
-from amber_pipeline.money.identity import local_user
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse import confined, views
 from amber_pipeline.warehouse.catalog import Warehouse

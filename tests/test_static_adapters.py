@@ -506,12 +506,12 @@ EXPECTED_REWARDS = {
 
 @pytest.mark.parametrize("name", list(EXPECTED_REWARDS))
 def test_the_direct_agent_runs_each_adapted_benchmark(adapted, name, tmp_path, monkeypatch, warehouse) -> None:
+    from amber_pipeline.accounts.identity import DEFAULT_WORKSPACE, local_user
     from amber_pipeline.jobs import cell_run, lifecycle
     from amber_pipeline.jobs.records import cells_of, get_job
     from amber_pipeline.models import configurations
     from amber_pipeline.models.configurations import ModelConfiguration, Prices
     from amber_pipeline.models.provider_double import ProviderDouble, load_replay
-    from amber_pipeline.money.identity import DEFAULT_WORKSPACE, local_user
 
     monkeypatch.setenv("AMBER_SECRETS_FILE", str(tmp_path / "no-secrets.env"))  # never the developer's file
     bench = tmp_path / name

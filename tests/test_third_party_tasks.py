@@ -29,12 +29,12 @@ from pathlib import Path
 import pytest
 from helpers import funded
 
+from amber_pipeline.accounts.identity import local_user
 from amber_pipeline.benchmarks import uploads
 from amber_pipeline.benchmarks import versions as benchmark
 from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import cell_run, validation
 from amber_pipeline.jobs.records import cells_of
-from amber_pipeline.money.identity import local_user
 from amber_pipeline.paths import AmberPaths
 from amber_pipeline.sandbox.agent_image import host_ca_bundle
 from amber_pipeline.warehouse.catalog import Warehouse

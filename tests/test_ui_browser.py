@@ -31,9 +31,9 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 from test_dagster_ui import RUN_STATUS, RUNS_OF_JOB, Dagster, dagster_dev  # noqa: F401 - the fixture
 
+from amber_pipeline.accounts.identity import DEFAULT_WORKSPACE
 from amber_pipeline.jobs import records
 from amber_pipeline.money import wallet
-from amber_pipeline.money.identity import DEFAULT_WORKSPACE
 from amber_pipeline.money.prices import show
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse

@@ -33,21 +33,21 @@ from fastapi import FastAPI
 from helpers import free_port, funded, request, stop_group
 
 from amber_pipeline import embedded
-from amber_pipeline.auth import tokens, users
+from amber_pipeline.accounts import tokens, users, workspaces
+from amber_pipeline.accounts.identity import DEFAULT_WORKSPACE, Actor, local_user
 from amber_pipeline.definitions import defs
 from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import lifecycle, records
-from amber_pipeline.money import wallet, workspaces
-from amber_pipeline.money.identity import DEFAULT_WORKSPACE, Actor, local_user
+from amber_pipeline.money import wallet
 from amber_pipeline.money.prices import show
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
-from amber_pipeline.server.app import create_app
 from amber_pipeline.warehouse.catalog import Warehouse
-from api_server.__main__ import app
-from api_server.dagster_ui import dagster_ui
+from server.__main__ import app
+from server.dagster_ui import dagster_ui
+from server.routes import create_app
 
 STATIC = PROJECT_ROOT / "examples" / "static-bench"
-# The tags the sign-in gate sets on each run it launches (amber_pipeline/auth/launches.py), spelt out: what a
+# The tags the sign-in gate sets on each run it launches (amber_pipeline/accounts/launches.py), spelt out: what a
 # browser might forge
 LAUNCH_TAG, USER_TAG = "amber/launch", "amber/user"
 TEAM, OPERATOR, OUTSIDER, MEMBER = "team", "otto", "pat", "mia"
@@ -118,7 +118,7 @@ def team(warehouse: Warehouse) -> Warehouse:
 
 def launched(wh: Warehouse, user: str, forged: dict[str, str] | None = None) -> dict[str, str]:
     """A run's tags as the sign-in gate sets them for `user` (a launch id issued now), over what was `forged`."""
-    from amber_pipeline.auth import launches
+    from amber_pipeline.accounts import launches
 
     return {**(forged or {}), LAUNCH_TAG: launches.issue(wh, user), USER_TAG: user}
 

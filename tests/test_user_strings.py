@@ -19,10 +19,10 @@ import duckdb
 import pytest
 from helpers import cli, ok, refusal, request
 
+from amber_pipeline.accounts.identity import local_user
 from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import lifecycle, records
 from amber_pipeline.money import wallet
-from amber_pipeline.money.identity import local_user
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse.catalog import CATALOG_DDL, Warehouse
 

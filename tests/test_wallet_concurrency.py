@@ -28,14 +28,14 @@ import pytest
 from helpers import funded, race, submit
 from servers import postgres
 
+from amber_pipeline.accounts.identity import Actor, local_user
 from amber_pipeline.cells import cell_file_id
 from amber_pipeline.jobs import cell_run as pipeline
 from amber_pipeline.jobs.records import Job, cells_of, get_job
 from amber_pipeline.money import wallet
-from amber_pipeline.money.identity import Actor, local_user
 from amber_pipeline.money.prices import MICRO, usd
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
-from amber_pipeline.sandbox.environment import SANDBOX_LABEL
+from amber_pipeline.sandbox.container import SANDBOX_LABEL
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.schemas import TrialRecord
 

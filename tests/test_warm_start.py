@@ -18,14 +18,13 @@ from pathlib import Path
 import dagster as dg
 import httpx
 import pytest
-from dagster._core.instance.ref import InstanceRef
 from helpers import free_port, funded, submit
 
-from amber_pipeline import embedded, warm_worker
-from amber_pipeline.api.jobs import launch
+from amber_pipeline import embedded, worker_socket
+from amber_pipeline.accounts.identity import local_user
 from amber_pipeline.jobs import lifecycle, records
 from amber_pipeline.jobs.request import JobRequest
-from amber_pipeline.money.identity import local_user
+from amber_pipeline.operations.jobs import launch
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.warehouse.catalog import Warehouse
 
@@ -64,7 +63,7 @@ def test_runs_start_warm_survive_a_daemon_stop_and_resume_after_a_start(tmp_path
     embedded.start_daemon(paths)
     monkeypatch.setenv("DAGSTER_HOME", str(paths.dagster_home))
     try:
-        assert warm_worker.ask(paths.dagster_home, {"op": "ping"}) is not None, "the warm worker does not answer"
+        assert worker_socket.ask(paths.dagster_home, {"op": "ping"}) is not None, "the warm worker does not answer"
         _, running = lifecycle.submit(warehouse, "default", local_user(),  # room for the slow solution's time
                                       JobRequest(benchmark=str(bench), agent="oracle", ceiling_usd=1.0))
         launch(warehouse, running.id)
@@ -99,7 +98,7 @@ def test_runs_start_warm_survive_a_daemon_stop_and_resume_after_a_start(tmp_path
             assert run.tags["dagster/sensor_name"] == "job_request_sensor"
     finally:
         embedded.stop_daemon(paths)
-    assert warm_worker.ask(paths.dagster_home, {"op": "ping"}) is None, "the warm worker outlived its daemon"
+    assert worker_socket.ask(paths.dagster_home, {"op": "ping"}) is None, "the warm worker outlived its daemon"
 
 
 def test_amber_ui_uses_the_running_daemon_and_leaves_it_running(warehouse: Warehouse) -> None:
@@ -138,7 +137,7 @@ def test_the_demo_leaves_every_run_succeeded_and_comparisons_materialized(wareho
     jobs = records.list_jobs(warehouse, "default")
     assert [j.status for j in jobs] == ["completed", "completed"], (
         [(j.id, j.status, j.message) for j in jobs], demo.stdout[-3000:])
-    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(warehouse.paths.dagster_home))) as instance:
+    with dg.DagsterInstance.from_config(str(warehouse.paths.dagster_home)) as instance:
         runs = [r.dagster_run for r in instance.get_run_records()]
         wait_for("the last run's bookkeeping", lambda: all(
             instance.get_run_by_id(r.run_id).is_finished for r in runs), 30)

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from helpers import cli, ok, refusal
 
+from amber_pipeline.accounts.identity import local_user
 from amber_pipeline.jobs import lifecycle, records
-from amber_pipeline.money.identity import local_user
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.schemas import TrialRecord, trials_table

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from amber_pipeline.agents.catalog import AgentSpec
+from amber_pipeline.agents.specs import AgentSpec
 
 # Harbor's Agents as Amber runs them, imported by Harbor from these paths (so that naming one here does not
 # import Harbor).

@@ -22,7 +22,7 @@ from harbor.agents.installed.pi import Pi as _Pi
 from harbor.environments.base import BaseEnvironment
 
 from amber_pipeline.agents.allowlist import OwnEnvironment
-from amber_pipeline.agents.catalog import agent_spec
+from amber_pipeline.agents.specs import agent_spec
 
 
 async def _check_software(agent: BaseInstalledAgent, environment: BaseEnvironment) -> None:

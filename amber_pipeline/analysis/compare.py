@@ -3,8 +3,8 @@
 Section 4 of ``evaluation-analysis.md``, on :class:`TrialEvidence` from any source. The
 statistics are those of :mod:`statistics` (Agresti-Min interval, exact McNemar, verdicts, advice,
 Benjamini-Hochberg, power) and the scoring engine (Amber's paired bootstrap of the mean Reward); this
-module only pairs the evidence, calls them, and words the caveats. Results are plain dicts that ``json.dumps``
-as they are: a NaN comes out as ``None``.
+module only pairs the evidence, calls them, and words the caveats. A result is a :class:`RoundComparison`
+(several: :class:`RoundComparisons`), with no NaN in it: an undefined number is ``None``.
 
 Pairing. A case is a (Task, route) pair scored on both sides; each side's outcome is its latest
 scored attempt (see :func:`latest_scored`). When no case is shared (comparing two Model
@@ -17,38 +17,141 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import Literal
+
+from pydantic import BaseModel, Field
 
 from amber_pipeline.analysis import statistics as st
 from amber_pipeline.analysis.evidence import TrialEvidence
 from amber_pipeline.analysis.plan import ALPHA, POWER
+from amber_pipeline.analysis.report import absent, later
 from amber_pipeline.analysis.scores import evidence_row, score_rows
+from amber_pipeline.analysis.statistics import Bounds, Verdict
 from amber_pipeline.errors import AmberError
 from amber_pipeline.scoring.bootstrap import NO_INTERVAL
 from amber_pipeline.scoring.engine import PairedDifference, difference
 
-BY_ROUTE, BY_TASK = "task_and_route", "task"
+Pairing = Literal["task_and_route", "task"]
+BY_ROUTE: Pairing = "task_and_route"
+BY_TASK: Pairing = "task"
 Case = tuple[str, str]  # (Task, route)
+
+
+# ---- the records -------------------------------------------------------------------------------
+
+class PairedCase(BaseModel):
+    task: str
+    route: str = Field(description="The route; paired by Task only, \"<baseline route> -> <candidate route>\".")
+
+
+class RouteComparison(BaseModel):
+    """The pairs of one route (when pairing by Task and route), tested on their own."""
+
+    route: str
+    paired_cases: int
+    improved: int = Field(description="Cases failed by the baseline and passed by the candidate.")
+    regressed: int = Field(description="Cases passed by the baseline and failed by the candidate.")
+    difference_ci95: Bounds = Field(description="The 95% Agresti-Min interval of the difference, in points.")
+    p_value: float = Field(description="The exact McNemar p-value.")
+
+
+class SideRoutes(BaseModel):
+    baseline: list[str]
+    candidate: list[str]
+
+
+class SideCosts(BaseModel):
+    """Every attempt on the paired cases (scored or not), in USD; an unknown cost counts 0."""
+
+    baseline: float
+    candidate: float
+
+
+class MeanRewardDifference(BaseModel):
+    """Amber's paired bootstrap of the candidate's mean Reward minus the baseline's, over the paired cases."""
+
+    mean: float | None
+    ci95: Bounds
+    n_shared_tasks: int
+    too_close_to_call: bool = Field(description="The interval includes 0.")
+
+
+class RoundComparison(BaseModel):
+    """A candidate against the baseline on paired cases (spec 4 and 4b): rates, the difference with its interval,
+    the verdict and its tests, caveats, the advice and the costs. Differences are candidate minus baseline, in
+    percentage points; rates and costs cover the paired cases only."""
+
+    baseline_rate_percent: float
+    candidate_rate_percent: float
+    difference_points: float
+    difference_ci95: Bounds = Field(description="The 95% Agresti-Min interval of the difference, in points.")
+    verdict: Verdict = Field(description="From the interval and the margin (spec 4).")
+    p_value: float = Field(description="The exact McNemar p-value.")
+    detectable_change_points: float | None = Field(description="The smallest change paired rounds of this size "
+                                                               "detect (80% power) at this share of flipped "
+                                                               "results; null when none flipped.")
+    flip_share_percent: float = Field(description="Paired results that differ between the sides.")
+    margin_points: float | None = Field(description="The margin given, chosen before the runs.")
+    caveats: list[str]
+    improved_cases: list[PairedCase]
+    regressed_cases: list[PairedCase]
+    paired_cases: int
+    pairing: Pairing = Field(description="task_and_route: the sides share routes; task: they share none, so "
+                                         "cases are paired by Task with one route per side.")
+    routes: SideRoutes = Field(description="The routes of the paired cases on each side.")
+    per_route: list[RouteComparison] = Field(description="Each route's own test (pairing by Task and route).")
+    mean_reward_difference: MeanRewardDifference
+    advice: str = Field(description="Adopt the candidate, keep the baseline, or add cases.")
+    cost_usd: SideCosts
+    q_value: float | None = Field(None, exclude_if=absent, description="Among several candidates: the "
+                                                                       "Benjamini-Hochberg q-value of `p_value`.")
+
+
+class RoundComparisons(BaseModel):
+    """Several candidates, each against the baseline, with q-values over their McNemar p-values."""
+
+    comparisons: dict[str, RoundComparison] = Field(description="Each candidate's comparison, by its name.")
+    n_comparisons: int
+    q_method: Literal["Benjamini-Hochberg"]
+
+
+# What `amber compare` answers: the same records, headed by the names of the sides. (Pydantic puts the fields of
+# the later base first, so the names lead, as they always have in `amber compare --json`.)
+
+class _Sides(BaseModel):
+    baseline: str = Field(description="The baseline, as named in the request.")
+    candidate: str = Field(description="The candidate, as named in the request.")
+
+
+class _Baseline(BaseModel):
+    baseline: str = Field(description="The baseline, as named in the request.")
+
+
+class NamedComparison(RoundComparison, _Sides):
+    """One candidate against the baseline, the sides named."""
+
+    def by_candidate(self) -> dict[str, RoundComparison]:
+        """The comparison by its candidate's name."""
+        return {self.candidate: self}
+
+
+class NamedComparisons(RoundComparisons, _Baseline):
+    """Several candidates against the baseline, which is named."""
+
+    def by_candidate(self) -> dict[str, RoundComparison]:
+        """Each comparison by its candidate's name."""
+        return self.comparisons
 
 
 # ---- pairing -----------------------------------------------------------------------------------
 
-def _later(a: TrialEvidence, b: TrialEvidence) -> bool:
-    """a is the later attempt: higher attempt number, then later start (the rule of report.py)."""
-    if a.attempt != b.attempt:
-        return a.attempt > b.attempt
-    try:
-        return a.started_at is not None and (b.started_at is None or a.started_at > b.started_at)
-    except TypeError:  # one naive, one aware start: keep the first seen
-        return False
-
-
 def latest_scored(evidence: Sequence[TrialEvidence]) -> dict[Case, TrialEvidence]:
-    """The latest scored attempt of each (Task, route); cases with no scored attempt are absent."""
+    """The latest scored attempt of each (Task, route), by the report's rule (`report.later`); cases with no
+    scored attempt are absent."""
     latest: dict[Case, TrialEvidence] = {}
     for e in evidence:
         key = (e.task_name, e.route)
-        if e.scored and (key not in latest or _later(e, latest[key])):
+        if e.scored and (key not in latest or later(e, latest[key])):
             latest[key] = e
     return latest
 
@@ -93,7 +196,8 @@ def _counts(pairs: Sequence[tuple[TrialEvidence, TrialEvidence]]) -> tuple[int, 
     return improved, regressed, len(pairs)
 
 
-def _pair(base: dict[Case, TrialEvidence], cand: dict[Case, TrialEvidence]) -> tuple[str, list[Case], list[Case]]:
+def _pair(base: dict[Case, TrialEvidence], cand: dict[Case, TrialEvidence]
+          ) -> tuple[Pairing, list[Case], list[Case]]:
     """The pairing and, in one order, the baseline's and the candidate's case of each pair."""
     shared = sorted(base.keys() & cand.keys())
     if shared:
@@ -109,7 +213,7 @@ def _pair(base: dict[Case, TrialEvidence], cand: dict[Case, TrialEvidence]) -> t
     return BY_TASK, [(t, b_routes[0]) for t in tasks], [(t, c_routes[0]) for t in tasks]
 
 
-def _side_caveats(base: list[TrialEvidence], cand: list[TrialEvidence], pairing: str,
+def _side_caveats(base: list[TrialEvidence], cand: list[TrialEvidence], pairing: Pairing,
                   b_cases: list[Case], c_cases: list[Case], unpaired: int, left_out: list[str]) -> list[str]:
     out = []
     if pairing == BY_TASK:
@@ -157,7 +261,7 @@ def _verdict_caveats(verdict: str, p: float, interval: tuple[float, float], marg
 
 def compare(baseline: Sequence[TrialEvidence], candidate: Sequence[TrialEvidence], *,
             margin_points: float | None = None, route: str | None = None,
-            candidate_route: str | None = None) -> dict[str, Any]:
+            candidate_route: str | None = None) -> RoundComparison:
     """Compare the candidate with the baseline on paired cases (spec 4 and 4b).
 
     ``route`` keeps one route on both sides; ``candidate_route`` (default: ``route``) overrides it on
@@ -206,49 +310,59 @@ def compare(baseline: Sequence[TrialEvidence], candidate: Sequence[TrialEvidence
     if pairing == BY_ROUTE:
         for r in _routes(b_cases):
             i, g, m = _counts([pair for pair, (_, pr) in zip(pairs, b_cases, strict=True) if pr == r])
-            per_route.append({"route": r, "paired_cases": m, "improved": i, "regressed": g,
-                              "difference_ci95": st.percent_interval(st.agresti_min_interval(i, g, m)),
-                              "p_value": st.mcnemar_exact_p(i, g)})
-    return {
-        "baseline_rate_percent": 100.0 * sum(b.passed for b, _ in pairs) / n,
-        "candidate_rate_percent": 100.0 * sum(c.passed for _, c in pairs) / n,
-        "difference_points": 100.0 * (improved - regressed) / n,
-        "difference_ci95": st.percent_interval(diff),
-        "verdict": verdict,
-        "p_value": p,
-        "detectable_change_points": st.defined(st.paired_detectable_change_points(n, flip, ALPHA, POWER)),
-        "flip_share_percent": 100.0 * flip,
-        "margin_points": margin_points,
-        "caveats": caveats,
-        "improved_cases": [{"task": t, "route": r} for (b, c), (t, r) in zip(pairs, labels, strict=True)
-                           if c.passed and not b.passed],
-        "regressed_cases": [{"task": t, "route": r} for (b, c), (t, r) in zip(pairs, labels, strict=True)
-                            if b.passed and not c.passed],
-        "paired_cases": n,
-        "pairing": pairing,
-        "routes": {"baseline": _routes(b_cases), "candidate": _routes(c_cases)},
-        "per_route": per_route,
-        "mean_reward_difference": {"mean": st.defined(mrd.mean),
-                                   "ci95": [st.defined(mrd.ci95.low), st.defined(mrd.ci95.high)],
-                                   "n_shared_tasks": mrd.n_shared_tasks, "too_close_to_call": mrd.too_close_to_call},
-        "advice": st.advice(verdict, cost_b, cost_c, margin_points, interval),
-        "cost_usd": {"baseline": cost_b, "candidate": cost_c},
-    }
+            per_route.append(RouteComparison(route=r, paired_cases=m, improved=i, regressed=g,
+                                             difference_ci95=st.percent_interval(st.agresti_min_interval(i, g, m)),
+                                             p_value=st.mcnemar_exact_p(i, g)))
+    return RoundComparison(
+        baseline_rate_percent=100.0 * sum(b.passed for b, _ in pairs) / n,
+        candidate_rate_percent=100.0 * sum(c.passed for _, c in pairs) / n,
+        difference_points=100.0 * (improved - regressed) / n,
+        difference_ci95=st.percent_interval(diff),
+        verdict=verdict,
+        p_value=p,
+        detectable_change_points=st.defined(st.paired_detectable_change_points(n, flip, ALPHA, POWER)),
+        flip_share_percent=100.0 * flip,
+        margin_points=margin_points,
+        caveats=caveats,
+        improved_cases=[PairedCase(task=t, route=r) for (b, c), (t, r) in zip(pairs, labels, strict=True)
+                        if c.passed and not b.passed],
+        regressed_cases=[PairedCase(task=t, route=r) for (b, c), (t, r) in zip(pairs, labels, strict=True)
+                         if b.passed and not c.passed],
+        paired_cases=n,
+        pairing=pairing,
+        routes=SideRoutes(baseline=_routes(b_cases), candidate=_routes(c_cases)),
+        per_route=per_route,
+        mean_reward_difference=MeanRewardDifference(mean=st.defined(mrd.mean),
+                                                    ci95=st.defined_interval(mrd.ci95.low, mrd.ci95.high),
+                                                    n_shared_tasks=mrd.n_shared_tasks,
+                                                    too_close_to_call=mrd.too_close_to_call),
+        advice=st.advice(verdict, cost_b, cost_c, margin_points, interval),
+        cost_usd=SideCosts(baseline=cost_b, candidate=cost_c),
+    )
 
 
 def compare_many(baseline: Sequence[TrialEvidence], candidates: Mapping[str, Sequence[TrialEvidence]],
                  margin_points: float | None = None, *, route: str | None = None,
-                 candidate_routes: Mapping[str, str] | None = None) -> dict[str, Any]:
+                 candidate_routes: Mapping[str, str] | None = None) -> RoundComparisons:
     """Each candidate against the baseline, with Benjamini-Hochberg q-values over their McNemar p-values."""
     if not candidates:
         raise AmberError("No candidate to compare: give at least one.")
     results = {name: compare(baseline, ev, margin_points=margin_points, route=route,
                              candidate_route=(candidate_routes or {}).get(name))
                for name, ev in candidates.items()}
-    q_values = st.benjamini_hochberg([r["p_value"] for r in results.values()])
+    q_values = st.benjamini_hochberg([r.p_value for r in results.values()])
     for r, q in zip(results.values(), q_values, strict=True):
-        r["q_value"] = q
-        if r["verdict"] in ("better", "worse") and r["p_value"] < ALPHA <= q:
-            r["caveats"].append(f"Among {len(results)} comparisons its Benjamini-Hochberg q = {q:.3g} is not below "
-                                "0.05, so this finding may be one of chance.")
-    return {"comparisons": results, "n_comparisons": len(results), "q_method": "Benjamini-Hochberg"}
+        r.q_value = q
+        if r.verdict in ("better", "worse") and r.p_value < ALPHA <= q:
+            r.caveats.append(f"Among {len(results)} comparisons its Benjamini-Hochberg q = {q:.3g} is not below "
+                             "0.05, so this finding may be one of chance.")
+    return RoundComparisons(comparisons=results, n_comparisons=len(results), q_method="Benjamini-Hochberg")
+
+
+def named(result: RoundComparison | RoundComparisons, baseline: str, candidate: str | None = None
+          ) -> NamedComparison | NamedComparisons:
+    """The result headed by the names of its sides (the candidate's: with one candidate only)."""
+    if isinstance(result, RoundComparisons):
+        return NamedComparisons(baseline=baseline, **dict(result))
+    assert candidate is not None, "one candidate's comparison names it"
+    return NamedComparison(baseline=baseline, candidate=candidate, **dict(result))

@@ -17,14 +17,19 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
 
 from amber_pipeline.analysis import statistics as analysis_stats
 from amber_pipeline.analysis.evidence import TrialEvidence
+from amber_pipeline.analysis.report import absent
 from amber_pipeline.errors import AmberError
 from amber_pipeline.models.configurations import ModelConfiguration, model_configuration
 from amber_pipeline.models.endpoint import Upstream, offline_litellm, serving
 
-STAGES = ("understand", "write", "verify", "other")
+Stage = Literal["understand", "write", "verify", "other"]
+STAGES: tuple[Stage, ...] = ("understand", "write", "verify", "other")
 TRAJECTORY_CHARS = 6_000
 PROMPT = """You review a failed attempt of an AI agent at a task. Say at which stage it went wrong:
 "understand" (it misread the goal), "write" (its work was wrong), "verify" (it did not check its work),
@@ -42,13 +47,46 @@ What the agent did (last steps of its trajectory):
 class Judgement:
     trial_name: str
     task_name: str
-    samples: tuple[str, ...]
+    samples: tuple[Stage, ...]
 
     @property
-    def stage(self) -> str:
+    def stage(self) -> Stage:
         """The most common sample; ties go to the earlier stage in STAGES."""
         counts = Counter(self.samples)
         return max(STAGES, key=lambda s: (counts[s], -STAGES.index(s)))
+
+
+class JudgedTrial(BaseModel):
+    trial: str
+    task: str
+    stage: Stage = Field(description="The commonest of its samples (a tie: the earlier stage).")
+    samples: list[Stage]
+
+
+class LabelAgreement(BaseModel):
+    """The judge's stages against the stage labels given."""
+
+    n_labels: int = Field(description="Judged Trials with a label.")
+    agreement: float = Field(description="The share of them where the judge's stage is the label.")
+    cohen_kappa: float | None
+    krippendorff_alpha: float | None
+
+
+class JudgeReport(BaseModel):
+    """A model judge's stages of a round's failed scored attempts, and how far to trust them: first its agreement
+    with itself over its samples, then, given labels, with them. Stages and numbers only: nothing it read."""
+
+    model_configuration: str = Field(description="The judge's Model Configuration.")
+    samples: int = Field(description="Judgements per Trial.")
+    judged: int
+    skipped: int = Field(description="Failed Trials without their Task folder at hand.")
+    stages: dict[Stage, int] = Field(description="Trials per stage, commonest first.")
+    sample_agreement: float = Field(description="The share of Trials whose samples all agree.")
+    samples_alpha: float | None = Field(description="Krippendorff's alpha over the samples; null when undefined.")
+    samples_guidance: str
+    trials: list[JudgedTrial]
+    labels: LabelAgreement | None = Field(None, exclude_if=absent, description="Only when stage labels were "
+                                                                               "given and name a judged Trial.")
 
 
 def alpha_guidance(alpha: float) -> str:
@@ -62,7 +100,7 @@ def alpha_guidance(alpha: float) -> str:
 
 
 def judge(evidence: list[TrialEvidence], model: str, samples: int = 3,
-          stage_labels: dict[str, str] | None = None) -> dict:
+          stage_labels: dict[str, str] | None = None) -> JudgeReport:
     """Judge every failed scored attempt `samples` times; report stages, self-agreement and label agreement."""
     if not 1 <= samples <= 10:
         raise AmberError(f"--samples must be from 1 to 10, not {samples}.")
@@ -79,15 +117,14 @@ def judge(evidence: list[TrialEvidence], model: str, samples: int = 3,
                       for e, i, t in cases]
     units = [list(j.samples) for j in judgements]
     alpha = analysis_stats.krippendorff_alpha_nominal(units) if samples > 1 else float("nan")
-    out: dict = {
-        "model_configuration": model, "samples": samples, "judged": len(judgements),
-        "skipped": len(failed) - len(judgements),
-        "stages": dict(Counter(j.stage for j in judgements).most_common()),
-        "sample_agreement": sum(len(set(j.samples)) == 1 for j in judgements) / len(judgements),
-        "samples_alpha": None if alpha != alpha else alpha, "samples_guidance": alpha_guidance(alpha),
-        "trials": [{"trial": j.trial_name, "task": j.task_name, "stage": j.stage, "samples": list(j.samples)}
-                   for j in judgements],
-    }
+    out = JudgeReport(
+        model_configuration=model, samples=samples, judged=len(judgements), skipped=len(failed) - len(judgements),
+        stages=dict(Counter(j.stage for j in judgements).most_common()),
+        sample_agreement=sum(len(set(j.samples)) == 1 for j in judgements) / len(judgements),
+        samples_alpha=analysis_stats.defined(alpha), samples_guidance=alpha_guidance(alpha),
+        trials=[JudgedTrial(trial=j.trial_name, task=j.task_name, stage=j.stage, samples=list(j.samples))
+                for j in judgements],
+    )
     if stage_labels:
         labelled = [j for j in judgements if j.trial_name in stage_labels]
         if labelled:
@@ -96,10 +133,11 @@ def judge(evidence: list[TrialEvidence], model: str, samples: int = 3,
             kappa = analysis_stats.cohen_kappa(judged, truth)
             pairs = [[a, b] for a, b in zip(judged, truth, strict=True)]
             label_alpha = analysis_stats.krippendorff_alpha_nominal(pairs)
-            out["labels"] = {"n_labels": len(labelled),
-                             "agreement": sum(a == b for a, b in zip(judged, truth, strict=True)) / len(labelled),
-                             "cohen_kappa": None if kappa != kappa else kappa,
-                             "krippendorff_alpha": None if label_alpha != label_alpha else label_alpha}
+            out.labels = LabelAgreement(
+                n_labels=len(labelled),
+                agreement=sum(a == b for a, b in zip(judged, truth, strict=True)) / len(labelled),
+                cohen_kappa=analysis_stats.defined(kappa),
+                krippendorff_alpha=analysis_stats.defined(label_alpha))
     return out
 
 
@@ -123,7 +161,7 @@ def _trajectory(e: TrialEvidence) -> str:
     return text[-TRAJECTORY_CHARS:]
 
 
-def _ask(mc: ModelConfiguration, upstream: Upstream, prompt: str) -> str:
+def _ask(mc: ModelConfiguration, upstream: Upstream, prompt: str) -> Stage:
     offline_litellm()
     import litellm
 

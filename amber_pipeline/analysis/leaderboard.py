@@ -16,15 +16,57 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, Field
+
 from amber_pipeline.analysis import statistics as st
 from amber_pipeline.analysis.compare import latest_scored, select_route
 from amber_pipeline.analysis.evidence import TrialEvidence
+from amber_pipeline.analysis.statistics import Bounds
 from amber_pipeline.errors import AmberError
 
 BOARD_FIELDS = "agent, model, pass_rate (percent) and trials_per_task"
 
 
-def _board_row(raw: Mapping[Any, Any], i: int, where: str) -> dict[str, Any]:
+class BoardRow(BaseModel):
+    """A row of a public board, as checked."""
+
+    agent: str
+    model: str
+    pass_rate: float = Field(description="Percent, 0 to 100.")
+    trials_per_task: int | None = Field(description="How many Trials per Task the row ran; null when it does not "
+                                                    "say.")
+
+
+class Placing(BaseModel):
+    """One round (one route) placed on a public board (spec 4b): its pass rate and strict pass rate with their 95%
+    Wilson intervals, each as a range of possible ranks (1 = best; ties share the better rank)."""
+
+    route: str
+    scored_tasks: int
+    solved_tasks: int
+    all_tasks: int = Field(description="The Benchmark Version's Tasks, the strict pass rate's denominator.")
+    attempts_per_task: int = Field(description="The most attempts of one Task.")
+    pass_rate_percent: float | None = Field(description="Solved over scored Tasks; null when none was scored.")
+    pass_rate_ci95: Bounds
+    pass_rate_rank: tuple[int, int] = Field(description="The best and worst possible rank.")
+    strict_pass_rate_percent: float | None = Field(description="Solved over all Tasks.")
+    strict_pass_rate_ci95: Bounds
+    strict_pass_rate_rank: tuple[int, int]
+    positions: int = Field(description="The board's rows, and this round.")
+    board: list[BoardRow] = Field(description="The board, the best pass rate first.")
+    caveats: list[str]
+
+
+class _Round(BaseModel):
+    source: str = Field(description="The round, as named in the request.")
+
+
+class NamedPlacing(Placing, _Round):
+    """What `amber leaderboard` answers: the placing headed by the round's name (pydantic puts the fields of the
+    later base first)."""
+
+
+def _board_row(raw: Mapping[Any, Any], i: int, where: str) -> BoardRow:
     if None in raw:
         raise AmberError(f"{where} row {i} has more fields than the header: fix the file.")
     row = {str(k).strip().lower(): v for k, v in raw.items()}
@@ -52,20 +94,20 @@ def _board_row(raw: Mapping[Any, Any], i: int, where: str) -> dict[str, Any]:
                              "number of at least 1, or leave it empty.")
     else:
         trials = None
-    return {"agent": agent, "model": model, "pass_rate": rate, "trials_per_task": trials}
+    return BoardRow(agent=agent, model=model, pass_rate=rate, trials_per_task=trials)
 
 
-def _board(rows: Sequence[Mapping[Any, Any]], where: str) -> list[dict[str, Any]]:
+def _board(rows: Sequence[Mapping[Any, Any]], where: str) -> list[BoardRow]:
     if not rows:
         raise AmberError(f"{where} has no rows: give at least one row of {BOARD_FIELDS}.")
     board = [_board_row(r, i, where) for i, r in enumerate(rows, 1)]
-    rates = [r["pass_rate"] for r in board]
+    rates = [r.pass_rate for r in board]
     if max(rates) <= 1.0 and any(0.0 < x < 1.0 for x in rates):
         raise AmberError(f"{where} gives every pass_rate as at most 1: give percents (42.5), not proportions.")
     return board
 
 
-def load_board(path: str | Path) -> list[dict[str, Any]]:
+def load_board(path: str | Path) -> list[BoardRow]:
     """Rows of a public board from a .csv (header row) or .json (a list of objects, or {"rows": [...]})."""
     p = Path(path)
     where = f"The board {p}"
@@ -98,7 +140,7 @@ def load_board(path: str | Path) -> list[dict[str, Any]]:
 
 
 def leaderboard(evidence: Sequence[TrialEvidence], board_rows: Sequence[Mapping[Any, Any]], *,
-                all_tasks: Collection[str] | int | None = None, route: str | None = None) -> dict[str, Any]:
+                all_tasks: Collection[str] | int | None = None, route: str | None = None) -> Placing:
     """Place one round (one route) on a public board by pass rate and strict pass rate (spec 4b).
 
     Each rate gets its 95% Wilson interval (spec 2); its rank is a range from
@@ -134,16 +176,16 @@ def leaderboard(evidence: Sequence[TrialEvidence], board_rows: Sequence[Mapping[
     scored, solved = len(outcomes), sum(e.passed for e in outcomes.values())
     pass_ci = st.wilson_interval(solved, scored)
     strict_ci = st.wilson_interval(solved, n_all)
-    rates = [r["pass_rate"] for r in board]
+    rates = [r.pass_rate for r in board]
     pass_rank = st.rank_range((100 * pass_ci[0], 100 * pass_ci[1]), rates)
     strict_rank = st.rank_range((100 * strict_ci[0], 100 * strict_ci[1]), rates)
     attempts = max(Counter(e.task_name for e in ev).values())
-    more = [r for r in board if r["trials_per_task"] is not None and r["trials_per_task"] > attempts]
+    more = [r.trials_per_task for r in board if r.trials_per_task is not None and r.trials_per_task > attempts]
     if more:
-        caveats.append(f"{len(more)} board rows ran more Trials per Task (up to "
-                       f"{max(r['trials_per_task'] for r in more)}) than this round ({attempts}), so their rates "
-                       "are less noisy and may average over attempts rather than count each Task once.")
-    if unsaid := sum(r["trials_per_task"] is None for r in board):
+        caveats.append(f"{len(more)} board rows ran more Trials per Task (up to {max(more)}) than this round "
+                       f"({attempts}), so their rates are less noisy and may average over attempts rather than count "
+                       "each Task once.")
+    if unsaid := sum(r.trials_per_task is None for r in board):
         caveats.append(f"{unsaid} board rows do not say how many Trials per Task they ran.")
     caveats.append("The board's rates carry no intervals, so the ranks here treat them as exact although they "
                    "are uncertain too.")
@@ -152,16 +194,16 @@ def leaderboard(evidence: Sequence[TrialEvidence], board_rows: Sequence[Mapping[
                        "pass rate and count as failed in the strict pass rate.")
     if scored == 0:
         caveats.append("No Task was scored, so the pass rate and its rank are unknown.")
-    return {
-        "route": routes[0], "scored_tasks": scored, "solved_tasks": solved, "all_tasks": n_all,
-        "attempts_per_task": attempts,
-        "pass_rate_percent": st.defined(100 * solved / scored) if scored else None,
-        "pass_rate_ci95": st.percent_interval(pass_ci),
-        "pass_rate_rank": list(pass_rank),
-        "strict_pass_rate_percent": 100 * solved / n_all if n_all else None,
-        "strict_pass_rate_ci95": st.percent_interval(strict_ci),
-        "strict_pass_rate_rank": list(strict_rank),
-        "positions": len(board) + 1,
-        "board": sorted(board, key=lambda r: -r["pass_rate"]),
-        "caveats": caveats,
-    }
+    return Placing(
+        route=routes[0], scored_tasks=scored, solved_tasks=solved, all_tasks=n_all,
+        attempts_per_task=attempts,
+        pass_rate_percent=st.defined(100 * solved / scored) if scored else None,
+        pass_rate_ci95=st.percent_interval(pass_ci),
+        pass_rate_rank=pass_rank,
+        strict_pass_rate_percent=100 * solved / n_all if n_all else None,
+        strict_pass_rate_ci95=st.percent_interval(strict_ci),
+        strict_pass_rate_rank=strict_rank,
+        positions=len(board) + 1,
+        board=sorted(board, key=lambda r: -r.pass_rate),
+        caveats=caveats,
+    )

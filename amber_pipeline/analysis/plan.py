@@ -3,13 +3,44 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+
+from pydantic import BaseModel, Field
 
 from amber_pipeline.analysis import statistics as st
 from amber_pipeline.errors import AmberError
 
 ALPHA = 0.05
 POWER = 0.8
+
+
+class DetectableChange(BaseModel):
+    """The smallest change, in points, a round detects with 80% power; null when it detects none."""
+
+    same_tasks: float | None = Field(description="Against a round on the same Tasks (McNemar).")
+    other_tasks: float | None = Field(description="Against a round on other Tasks (two-proportion z-test).")
+
+
+class TasksNeeded(BaseModel):
+    """Tasks per round to detect the change asked about with 80% power; null when no number of Tasks can."""
+
+    same_tasks: int | None
+    other_tasks: int | None
+
+
+class Plan(BaseModel):
+    """What a round can detect, and what a change needs (spec 5). Rates and shares in percent."""
+
+    n_tasks: int
+    attempts: int = Field(description="Attempts per Task: they do not enter the formulas, only the Trials.")
+    trials_per_side: int
+    rate_percent: float = Field(description="The expected pass rate.")
+    flip_share_percent: float = Field(description="Results that flip between two runs on the same Tasks.")
+    power: float
+    alpha: float = Field(description="Two-sided.")
+    detectable_change_points: DetectableChange
+    change_points: float | None = Field(description="The change asked about, in points.")
+    tasks_needed: TasksNeeded | None = Field(description="For the change asked about; null without one.")
+    notes: list[str]
 
 
 def _check_plan(n_tasks: int, attempts: int, rate: float, flip_share: float, delta_points: float | None) -> None:
@@ -26,7 +57,7 @@ def _check_plan(n_tasks: int, attempts: int, rate: float, flip_share: float, del
 
 
 def plan(n_tasks: int, attempts: int = 1, rate: float = 0.5, flip_share: float = 0.1,
-         delta_points: float | None = None) -> dict[str, Any]:
+         delta_points: float | None = None) -> Plan:
     """What a round of ``n_tasks`` can detect, and how many Tasks a change of ``delta_points`` needs (spec 5).
 
     ``rate`` and ``flip_share`` are proportions (0..1). 80% power, two-sided alpha 0.05. Same Tasks:
@@ -44,26 +75,26 @@ def plan(n_tasks: int, attempts: int = 1, rate: float = 0.5, flip_share: float =
                      "80% power.")
     if math.isnan(other):
         notes.append(f"On other Tasks at a {100 * rate:g}% pass rate, {n_tasks} Tasks detect no change with 80% power.")
-    needed: dict[str, int | None] | None = None
+    needed: TasksNeeded | None = None
     if delta_points is not None:
-        needed = {"same_tasks": None, "other_tasks": None}
+        needed = TasksNeeded(same_tasks=None, other_tasks=None)
         if delta_points / 100 <= flip_share:
-            needed["same_tasks"] = st.tasks_needed(delta_points, flip_share=flip_share, alpha=ALPHA, power=POWER)
+            needed.same_tasks = st.tasks_needed(delta_points, flip_share=flip_share, alpha=ALPHA, power=POWER)
         else:
             notes.append(f"A change of {delta_points:g} points can't happen on the same Tasks when only "
                          f"{100 * flip_share:g}% of results flip.")
         try:
-            needed["other_tasks"] = st.tasks_needed(delta_points, rate=rate, alpha=ALPHA, power=POWER)
+            needed.other_tasks = st.tasks_needed(delta_points, rate=rate, alpha=ALPHA, power=POWER)
         except ValueError:
             notes.append(f"Neither a rise nor a fall of {delta_points:g} points fits from a {100 * rate:g}% pass rate.")
-    return {
-        "n_tasks": n_tasks, "attempts": attempts, "trials_per_side": n_tasks * attempts,
-        "rate_percent": 100 * rate, "flip_share_percent": 100 * flip_share, "power": POWER, "alpha": ALPHA,
-        "detectable_change_points": {"same_tasks": st.defined(same), "other_tasks": st.defined(other)},
-        "change_points": delta_points,
-        "tasks_needed": needed,
-        "notes": notes,
-    }
+    return Plan(
+        n_tasks=n_tasks, attempts=attempts, trials_per_side=n_tasks * attempts,
+        rate_percent=100 * rate, flip_share_percent=100 * flip_share, power=POWER, alpha=ALPHA,
+        detectable_change_points=DetectableChange(same_tasks=st.defined(same), other_tasks=st.defined(other)),
+        change_points=delta_points,
+        tasks_needed=needed,
+        notes=notes,
+    )
 
 
 def quote_detectable_change(n_tasks: int, rate: float = 0.5) -> float:

@@ -22,6 +22,10 @@ matplotlib.use("Agg")  # headless: called from the CLI, Dagster runs and tests
 import matplotlib.pyplot as plt  # noqa: E402
 
 from amber_pipeline.analysis import frontier  # noqa: E402
+from amber_pipeline.analysis.report import RoundReport  # noqa: E402
+from amber_pipeline.analysis.statistics import Bounds  # noqa: E402
+
+REPORT_TITLE = "Amber report"
 
 
 @dataclass(frozen=True)
@@ -72,8 +76,12 @@ def _finite(x: float) -> float:
     return x if math.isfinite(x) else -math.inf
 
 
-def _num(x: object) -> float:
-    return float(x) if isinstance(x, int | float) else math.nan
+def _num(x: float | None) -> float:
+    return math.nan if x is None else x
+
+
+def _row(label: str, estimate: float | None, ci95: Bounds) -> Row:
+    return Row(label, _num(estimate), _num(ci95[0]), _num(ci95[1]))
 
 
 def _pair_label(better: str, worse: str) -> str:
@@ -85,26 +93,22 @@ def _pair_label(better: str, worse: str) -> str:
     return f"{better} - {worse}"
 
 
-def forest_plot(report: dict, path: Path, margin: float | None = None) -> Path:
-    """The forest plot of a report dict: its `cells`, and its `comparisons` when it has any."""
-    cells = [Row(c.get("route") or c.get("agent", "?"), _num(c.get("mean_reward")),
-                 _num(c["ci95"][0]), _num(c["ci95"][1])) for c in report.get("cells", [])]
-    differences = [Row(_pair_label(c["better"], c["worse"]), _num(c.get("mean_difference")),
-                       _num(c["ci95"][0]), _num(c["ci95"][1])) for c in report.get("comparisons", [])]
-    return forest(cells, differences, path, title=report.get("title", "Amber report"), margin=margin,
-                  difference_axis="difference in mean Reward")
+def forest_plot(report: RoundReport, path: Path, margin: float | None = None, *, title: str = REPORT_TITLE) -> Path:
+    """The forest plot of a report: its cells, and its comparisons when it has any."""
+    cells = [_row(c.route, c.mean_reward, c.ci95) for c in report.cells]
+    differences = [_row(_pair_label(c.better, c.worse), c.mean_difference, c.ci95) for c in report.comparisons]
+    return forest(cells, differences, path, title=title, margin=margin, difference_axis="difference in mean Reward")
 
 
-def report_plots(report: dict, path: Path) -> list[Path]:
+def report_plots(report: RoundReport, path: Path, *, title: str = REPORT_TITLE) -> list[Path]:
     """A report's plots: its forest plot at ``path`` and, when two or more cells have a Model Configuration,
     their cost-versus-score plot beside it (``<name>-cost.png``). The paths written."""
-    written = [forest_plot(report, path)]
-    points = [frontier.Point.of_cell(c.get("route") or c.get("agent", "?"), c["cost_usd"], c["n_trials"],
-                                     _num(c.get("mean_reward")), _num(c["ci95"][0]), _num(c["ci95"][1]))
-              for c in report.get("cells", []) if c.get("model") and c.get("n_trials")]
+    written = [forest_plot(report, path, title=title)]
+    points = [frontier.Point.of_cell(c.route, c.cost_usd, c.n_trials, _num(c.mean_reward), _num(c.ci95[0]),
+                                     _num(c.ci95[1]))
+              for c in report.cells if c.model and c.n_trials]
     if len(points) > 1:
-        written.append(cost_score(points, path.with_stem(path.stem + "-cost"),
-                                  title=report.get("title", "Amber report")))
+        written.append(cost_score(points, path.with_stem(path.stem + "-cost"), title=title))
     return written
 
 

@@ -11,11 +11,15 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from statistics import NormalDist
+from typing import Literal
 
 _N = NormalDist()
 NAN = float("nan")
 SAME_COST_REL_TOL = 0.01  # costs within 1% of the larger one count as "the same"
 Interval = tuple[float, float]
+Bounds = tuple[float | None, float | None]  # an interval as a report holds it: [low, high], an undefined end None
+Verdict = Literal["better", "worse", "equivalent", "not worse", "not better", "inconclusive",
+                  "no measurable difference"]
 
 
 def defined(x: float) -> float | None:
@@ -23,9 +27,14 @@ def defined(x: float) -> float | None:
     return None if math.isnan(x) else x
 
 
-def percent_interval(lo_hi: Interval, scale: float = 100.0) -> list[float | None]:
+def defined_interval(low: float, high: float) -> Bounds:
+    """An interval as a report holds it: each undefined (NaN) end None."""
+    return (defined(low), defined(high))
+
+
+def percent_interval(lo_hi: Interval, scale: float = 100.0) -> Bounds:
     """A proportion interval in percent (or points), undefined ends as None."""
-    return [defined(scale * lo_hi[0]), defined(scale * lo_hi[1])]
+    return defined_interval(scale * lo_hi[0], scale * lo_hi[1])
 
 
 def _z(confidence: float) -> float:
@@ -324,11 +333,11 @@ def krippendorff_alpha_nominal(units: Sequence[Sequence[str | None]]) -> float:
     return 1.0 - (n - 1) * observed / expected
 
 
-VERDICTS_WITH_MARGIN = ("better", "worse", "equivalent", "not worse", "not better", "inconclusive")
-VERDICTS_WITHOUT_MARGIN = ("better", "worse", "no measurable difference")
+VERDICTS_WITH_MARGIN: tuple[Verdict, ...] = ("better", "worse", "equivalent", "not worse", "not better", "inconclusive")
+VERDICTS_WITHOUT_MARGIN: tuple[Verdict, ...] = ("better", "worse", "no measurable difference")
 
 
-def verdict(interval_points: Interval, margin_points: float | None) -> str:
+def verdict(interval_points: Interval, margin_points: float | None) -> Verdict:
     """Verdict of a paired comparison from its 95% interval in points (spec 4; margins: Schuirmann 1987).
 
     First match wins: (1) low > 0 -> better, even if also inside (-m, m); (2) high < 0 -> worse,

@@ -14,13 +14,13 @@ from typing import Annotated
 import typer
 
 from amber_pipeline import embedded
-from amber_pipeline.api.operations import NoParams
-from amber_pipeline.api.registry import OPERATIONS
-from amber_pipeline.auth import tokens
+from amber_pipeline.accounts import tokens
 from amber_pipeline.cli import client
 from amber_pipeline.cli.context import Context
 from amber_pipeline.cli.output import out
 from amber_pipeline.errors import AmberError
+from amber_pipeline.operations.areas import OPERATIONS
+from amber_pipeline.operations.operation import NoParams
 
 app = typer.Typer()
 user_app = typer.Typer(no_args_is_help=True, help="Users of a hosted Amber and their roles (staff only).")

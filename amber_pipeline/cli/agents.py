@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from amber_pipeline.agents.catalog import AGENTS, AgentSpec, agent_spec
+from amber_pipeline.agents.specs import AGENTS, AgentSpec, agent_spec
 from amber_pipeline.cli import options
 from amber_pipeline.cli.context import Context
 from amber_pipeline.cli.output import out

@@ -6,12 +6,12 @@ from typing import Annotated
 
 import typer
 
-from amber_pipeline.api.audit import MAX_ROWS
+from amber_pipeline.accounts import audit
 from amber_pipeline.cli import options
 from amber_pipeline.cli.context import Context
 from amber_pipeline.cli.output import out
-from amber_pipeline.money import audit
 from amber_pipeline.money.prices import show
+from amber_pipeline.operations.audit import MAX_ROWS
 
 app = typer.Typer()
 

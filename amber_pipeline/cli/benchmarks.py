@@ -10,7 +10,6 @@ from typing import Annotated
 import typer
 
 from amber_pipeline.analysis import task_review
-from amber_pipeline.api.benchmarks import Validation
 from amber_pipeline.benchmarks import adapters, lint, registry, uploads
 from amber_pipeline.benchmarks.tasks import no_benchmark
 from amber_pipeline.cli import options
@@ -20,6 +19,7 @@ from amber_pipeline.cli.jobs import print_notice, print_quote, watch
 from amber_pipeline.cli.output import out
 from amber_pipeline.jobs import quotes
 from amber_pipeline.money.prices import show
+from amber_pipeline.operations.benchmarks import Validation
 
 app = typer.Typer()
 benchmark_app = typer.Typer(no_args_is_help=True, help="Upload, validate and publish Benchmarks; list and show "

@@ -21,11 +21,11 @@ from typing import Any, BinaryIO
 import httpx
 from pydantic import BaseModel
 
-from amber_pipeline.api.jobs import FOLDER_SUFFIX
-from amber_pipeline.api.operations import Operation
-from amber_pipeline.auth.tokens import SignInRefused
+from amber_pipeline.accounts import identity
+from amber_pipeline.accounts.tokens import SignInRefused
 from amber_pipeline.errors import AmberError, Forbidden, NotFound
-from amber_pipeline.money import identity
+from amber_pipeline.operations.jobs import FOLDER_SUFFIX
+from amber_pipeline.operations.operation import Operation
 from amber_pipeline.warehouse.files import private_text
 
 TIMEOUT_S = 600.0  # an upload of 100 MB, or a long SQL query, answers within this

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -18,6 +18,9 @@ from amber_pipeline.analysis import compare as comparison
 from amber_pipeline.analysis import leaderboard as board_of
 from amber_pipeline.analysis import plan as planning
 from amber_pipeline.analysis import source_paths
+from amber_pipeline.analysis.compare import NamedComparison, NamedComparisons, PairedCase, RoundComparison
+from amber_pipeline.analysis.leaderboard import NamedPlacing
+from amber_pipeline.analysis.statistics import Bounds
 from amber_pipeline.cli import options
 from amber_pipeline.cli.context import Context
 from amber_pipeline.cli.output import out
@@ -32,7 +35,7 @@ def _pts(x: float | None) -> str:
     return "n/a" if x is None else f"{x:+.1f}"
 
 
-def _ci(ci: list[float | None]) -> str:
+def _ci(ci: Bounds) -> str:
     return f"[{_pts(ci[0])}, {_pts(ci[1])}]"
 
 
@@ -40,38 +43,40 @@ def _money(x: float) -> str:
     return show(usd(x))
 
 
-def _cases(label: str, cases: list[dict[str, str]], by_route: bool) -> str:
-    names = [f"{c['task']} ({c['route']})" if by_route else c["task"] for c in cases[:SHOWN_CASES]]
+def _cases(label: str, cases: list[PairedCase], by_route: bool) -> str:
+    names = [f"{c.task} ({c.route})" if by_route else c.task for c in cases[:SHOWN_CASES]]
     more = f" and {len(cases) - SHOWN_CASES} more" if len(cases) > SHOWN_CASES else ""
     return f"  {label} ({len(cases)}): {', '.join(names) or 'none'}{more}"
 
 
-def comparison_lines(baseline: str, candidate: str, r: dict[str, Any]) -> list[str]:
+def _reward(x: float | None) -> str:
+    return "n/a" if x is None else format(x, "+.3f")
+
+
+def comparison_lines(baseline: str, candidate: str, r: RoundComparison) -> list[str]:
     """A comparison as plain lines, ending with the advice and the costs."""
-    how = "by Task and route" if r["pairing"] == comparison.BY_ROUTE else "by Task only"
-    margin = f" (margin {r['margin_points']:g} points)" if r["margin_points"] is not None else " (no margin)"
-    q = f", Benjamini-Hochberg q = {r['q_value']:.3g}" if "q_value" in r else ""
-    flip = r["detectable_change_points"]
-    mrd = r["mean_reward_difference"]
+    how = "by Task and route" if r.pairing == comparison.BY_ROUTE else "by Task only"
+    margin = f" (margin {r.margin_points:g} points)" if r.margin_points is not None else " (no margin)"
+    q = f", Benjamini-Hochberg q = {r.q_value:.3g}" if r.q_value is not None else ""
+    flip = r.detectable_change_points
+    mrd = r.mean_reward_difference
     lines = [
-        f"{candidate} vs {baseline}: {r['paired_cases']} paired cases, paired {how}",
-        f"  pass rate: baseline {r['baseline_rate_percent']:.1f}%, candidate {r['candidate_rate_percent']:.1f}%, "
-        f"difference {_pts(r['difference_points'])} points, 95% CI {_ci(r['difference_ci95'])}",
-        f"  verdict: {r['verdict']}{margin}; exact McNemar p = {r['p_value']:.3g}{q}",
+        f"{candidate} vs {baseline}: {r.paired_cases} paired cases, paired {how}",
+        f"  pass rate: baseline {r.baseline_rate_percent:.1f}%, candidate {r.candidate_rate_percent:.1f}%, "
+        f"difference {_pts(r.difference_points)} points, 95% CI {_ci(r.difference_ci95)}",
+        f"  verdict: {r.verdict}{margin}; exact McNemar p = {r.p_value:.3g}{q}",
         "  detectable change for paired rounds of this size: "
         + ("n/a" if flip is None else f"{flip:.1f} points")
-        + f" ({r['flip_share_percent']:.0f}% of results flipped)",
-        f"  mean Reward difference: {'n/a' if mrd['mean'] is None else format(mrd['mean'], '+.3f')}, 95% CI "
-        f"[{'n/a' if mrd['ci95'][0] is None else format(mrd['ci95'][0], '+.3f')}, "
-        f"{'n/a' if mrd['ci95'][1] is None else format(mrd['ci95'][1], '+.3f')}] over {mrd['n_shared_tasks']} "
-        f"cases{': too close to call' if mrd['too_close_to_call'] else ''}",
+        + f" ({r.flip_share_percent:.0f}% of results flipped)",
+        f"  mean Reward difference: {_reward(mrd.mean)}, 95% CI [{_reward(mrd.ci95[0])}, {_reward(mrd.ci95[1])}] "
+        f"over {mrd.n_shared_tasks} cases{': too close to call' if mrd.too_close_to_call else ''}",
     ]
-    by_route = r["pairing"] == comparison.BY_ROUTE and len(r["routes"]["baseline"]) > 1
-    lines += [_cases("improved", r["improved_cases"], by_route), _cases("regressed", r["regressed_cases"], by_route)]
-    lines += [f"  caveat: {c}" for c in r["caveats"]]
-    lines.append(f"  {r['advice']}")
-    lines.append(f"  Cost on the paired Tasks: baseline {_money(r['cost_usd']['baseline'])}, candidate "
-                 f"{_money(r['cost_usd']['candidate'])}.")
+    by_route = r.pairing == comparison.BY_ROUTE and len(r.routes.baseline) > 1
+    lines += [_cases("improved", r.improved_cases, by_route), _cases("regressed", r.regressed_cases, by_route)]
+    lines += [f"  caveat: {c}" for c in r.caveats]
+    lines.append(f"  {r.advice}")
+    lines.append(f"  Cost on the paired Tasks: baseline {_money(r.cost_usd.baseline)}, candidate "
+                 f"{_money(r.cost_usd.candidate)}.")
     return lines
 
 
@@ -110,26 +115,27 @@ def compare_cmd(
     routes = _routes_per_side(route, 1 + len(candidates))
     c = Context.of(ctx)
     if plot is not None and c.remote is None:
-        acting = c.acting()
+        acting = c.acting(reads=True)
         source_paths.writable(acting.wh, acting.workspace, plot)
     names: list[str] = []
     for source, r in zip(candidates, routes[1:], strict=True):
         name = source if len(route or []) < 2 else f"{source} {r}"
         names.append(name if name not in names else f"{name} #{len(names) + 1}")
     base_name = baseline if len(route or []) < 2 else f"{baseline} {routes[0]}"
-    found = c.call("compare", baseline=baseline, candidates=candidates, margin_points=margin_points, routes=routes,
-                   names=names, baseline_name=base_name)
-    payload, results = found.payload, found.results
+    found: NamedComparison | NamedComparisons = c.call(
+        "compare", baseline=baseline, candidates=candidates, margin_points=margin_points, routes=routes, names=names,
+        baseline_name=base_name)
+    results = found.by_candidate()
     if plot is not None:
         from amber_pipeline.analysis import plots
 
-        rows = [plots.Row(name, r["difference_points"] or math.nan,
-                          *(math.nan if v is None else v for v in r["difference_ci95"]))
+        rows = [plots.Row(name, r.difference_points or math.nan,
+                          *(math.nan if v is None else v for v in r.difference_ci95))
                 for name, r in results.items()]
         plots.forest([], rows, plot, title=f"Candidate minus baseline ({base_name})", margin=margin_points,
                      difference_axis="difference in pass rate, points")
     if as_json:
-        out.json(payload)
+        out.json(found.model_dump(mode="json"))
         return
     for i, (name, result) in enumerate(results.items()):
         if i:
@@ -151,21 +157,24 @@ def leaderboard_cmd(
     as_json: options.Json = False,
 ) -> None:
     """Place a round on a public board by pass rate and strict pass rate, each as a range of ranks."""
-    result = Context.of(ctx).call("leaderboard", source=source, rows=board_of.load_board(board), route=route,
-                                  total_tasks=total_tasks)
+    result: NamedPlacing = Context.of(ctx).call(
+        "leaderboard", source=source, rows=[row.model_dump() for row in board_of.load_board(board)], route=route,
+        total_tasks=total_tasks)
     if as_json:
-        out.json({"source": source, **result})
+        out.json(result.model_dump(mode="json"))
         return
-    for label, key in (("pass rate", "pass_rate"), ("strict pass rate", "strict_pass_rate")):
-        rate, (lo, hi), (best, worst) = result[f"{key}_percent"], result[f"{key}_ci95"], result[f"{key}_rank"]
+    for label, rate, (lo, hi), (best, worst) in (
+            ("pass rate", result.pass_rate_percent, result.pass_rate_ci95, result.pass_rate_rank),
+            ("strict pass rate", result.strict_pass_rate_percent, result.strict_pass_rate_ci95,
+             result.strict_pass_rate_rank)):
         shown = "n/a" if rate is None else f"{rate:.1f}% [{lo:.1f}, {hi:.1f}]"
-        out.line(f"{source} ({result['route']}): {label} {shown} -> rank {best} to {worst} of "
-                 f"{result['positions']}")
+        out.line(f"{result.source} ({result.route}): {label} {shown} -> rank {best} to {worst} of "
+                 f"{result.positions}")
     out.table(["agent", "model", "pass rate", "Trials/Task"],
-              ([row["agent"], row["model"], f"{row['pass_rate']:.1f}%",
-                "?" if row["trials_per_task"] is None else row["trials_per_task"]] for row in result["board"]),
+              ([row.agent, row.model, f"{row.pass_rate:.1f}%",
+                "?" if row.trials_per_task is None else row.trials_per_task] for row in result.board),
               title="Board")
-    for c in result["caveats"]:
+    for c in result.caveats:
         out.line(f"caveat: {c}")
 
 
@@ -185,23 +194,21 @@ def plan_cmd(
         raise AmberError("Give the number of Tasks in the round with --tasks N.")
     result = planning.plan(tasks, attempts, _percent(rate, "--rate"), _percent(flip_share, "--flip-share"), change)
     if as_json:
-        out.json(result)
+        out.json(result.model_dump(mode="json"))
         return
-    detect = result["detectable_change_points"]
-    same, other = detect["same_tasks"], detect["other_tasks"]
+    same, other = result.detectable_change_points.same_tasks, result.detectable_change_points.other_tasks
     each = f"{attempts} attempt{'s' if attempts > 1 else ''} each"
-    out.line(f"A round of {tasks} Tasks ({each}, {result['trials_per_side']} Trials per side) "
+    out.line(f"A round of {tasks} Tasks ({each}, {result.trials_per_side} Trials per side) "
              "detects, with 80% power at two-sided 5%:")
     out.line(f"  on the same Tasks, with {flip_share:g}% of results flipping: "
              + ("nothing" if same is None else f"a change of {same:.1f} points"))
     out.line(f"  on other Tasks, at a {rate:g}% pass rate: "
              + ("nothing" if other is None else f"a change of {other:.1f} points"))
-    if result["tasks_needed"] is not None:
-        need = result["tasks_needed"]
+    if (need := result.tasks_needed) is not None:
         out.line(f"A change of {change:g} points needs "
-                 + ("no number of Tasks" if need["same_tasks"] is None else f"{need['same_tasks']} Tasks")
+                 + ("no number of Tasks" if need.same_tasks is None else f"{need.same_tasks} Tasks")
                  + " on the same Tasks and "
-                 + ("no number of Tasks" if need["other_tasks"] is None else f"{need['other_tasks']} Tasks")
+                 + ("no number of Tasks" if need.other_tasks is None else f"{need.other_tasks} Tasks")
                  + " on other Tasks.")
-    for note in result["notes"]:
+    for note in result.notes:
         out.line(f"note: {note}")

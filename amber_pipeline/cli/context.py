@@ -2,7 +2,7 @@
 
 The root command reads `--user` and `--workspace` once and keeps them on a
 :class:`Context` in Typer's context object. A command asks it to `call` an
-operation (`amber_pipeline.api`): in this process on the embedded default, or
+operation (`amber_pipeline.operations`): in this process on the embedded default, or
 on the server `AMBER_URL` names, as the user the token says (there `--user` is
 refused: a token is the only way to be someone). Either way the record comes
 back the same, so every command prints the same in both modes.
@@ -17,11 +17,11 @@ from typing import Any
 import typer
 from pydantic import BaseModel
 
-from amber_pipeline.api.operations import Acting, call_local, in_workspace
-from amber_pipeline.api.registry import OPERATIONS
+from amber_pipeline.accounts import identity
 from amber_pipeline.cli.client import Remote
 from amber_pipeline.errors import AmberError
-from amber_pipeline.money import identity
+from amber_pipeline.operations.areas import OPERATIONS
+from amber_pipeline.operations.operation import Acting, call_local, in_workspace
 from amber_pipeline.paths import AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
 
@@ -75,6 +75,7 @@ class Context:
     def actor(self) -> identity.Actor:
         return identity.resolve(self.user, self.workspace)
 
-    def acting(self) -> Acting:
-        """The warehouse, the actor and the Workspace they act in (membership checked), on this machine."""
-        return in_workspace(self.warehouse, self.actor)
+    def acting(self, *, reads: bool = False) -> Acting:
+        """The warehouse, the actor and the Workspace they act in (membership checked), on this machine; for a
+        command that only `reads`, a first user's default Workspace is not made."""
+        return in_workspace(self.warehouse, self.actor, reads=reads)

@@ -8,8 +8,7 @@ from typing import Annotated
 import typer
 
 from amber_pipeline import embedded
-from amber_pipeline.agents.catalog import AGENTS, DEFAULT_AGENT, agent_spec
-from amber_pipeline.api.jobs import launch
+from amber_pipeline.agents.specs import AGENTS, DEFAULT_AGENT, agent_spec
 from amber_pipeline.cli.context import Context
 from amber_pipeline.cli.jobs import follow, print_notice, print_quote
 from amber_pipeline.cli.money import print_wallet
@@ -17,6 +16,7 @@ from amber_pipeline.cli.output import out
 from amber_pipeline.jobs import lifecycle
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.money import wallet
+from amber_pipeline.operations.jobs import launch
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.sandbox import docker_engine
 

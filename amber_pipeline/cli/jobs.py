@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import BaseModel, Field
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from amber_pipeline.agents.catalog import DEFAULT_AGENT
-from amber_pipeline.analysis import report, sources
+from amber_pipeline.agents.specs import DEFAULT_AGENT
+from amber_pipeline.analysis import render_report, sources
 from amber_pipeline.analysis.plan import detectable_change_sentence
-from amber_pipeline.api.jobs import QuoteRequest, Results
+from amber_pipeline.analysis.report import CellComparison, MeteringDisagreement, MissingTasks, ReportCell, absent
 from amber_pipeline.benchmarks import registry
 from amber_pipeline.cli import options
 from amber_pipeline.cli.client import folder_archive
@@ -26,6 +27,7 @@ from amber_pipeline.jobs import records
 from amber_pipeline.jobs.quotes import Quote
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.money.prices import show
+from amber_pipeline.operations.jobs import QuoteRequest, Results
 
 app = typer.Typer()
 job_app = typer.Typer(no_args_is_help=True, help="Quote, start, follow and cancel Jobs.")
@@ -122,6 +124,20 @@ def job_wait(ctx: typer.Context, job_id: options.JobId) -> None:
     follow(Context.of(ctx), job_id)
 
 
+class ShownResults(BaseModel):
+    """What `amber results --json` prints: the Job, and the cells, comparisons, metering and missing Tasks of its
+    report."""
+
+    job: str
+    benchmark: str
+    status: str
+    message: str | None
+    cells: list[ReportCell]
+    comparisons: list[CellComparison]
+    metering_disagreements: list[MeteringDisagreement]
+    missing_tasks: list[MissingTasks] | None = Field(None, exclude_if=absent)
+
+
 @app.command("results")
 def results(ctx: typer.Context, job_id: options.JobId, as_json: options.Json = False) -> None:
     """The cells of a Job's report: each cell's score with its 95% bootstrap CI, and the paired comparisons; for a
@@ -132,30 +148,31 @@ def results(ctx: typer.Context, job_id: options.JobId, as_json: options.Json = F
         raise sources.NoTrials(f"Job {job.id}")
     shown = _shown_report(found)
     if as_json:
-        out.json({"job": job.id, "benchmark": job.benchmark_label, "status": job.status, "message": job.message,
-                  "cells": shown["cells"], "comparisons": shown["comparisons"],
-                  "metering_disagreements": shown.get("metering_disagreements", [])}
-                 | ({"missing_tasks": shown["missing_tasks"]} if "missing_tasks" in shown else {}))
+        out.json(shown.model_dump(mode="json"))
         return
     out.line(f"{job.id} on {job.benchmark_label}" + (f": {job.status} ({job.message})"
                                                      if job.status != "completed" and job.message else ""))
-    if shown["cells"]:
+    if shown.cells:
         _print_cells(shown)
     else:
         out.line("No Trial of it has a result.")
-        for line in report.render_missing(shown):
+        for line in render_report.render_missing(shown.missing_tasks):
             out.line(line)
 
 
-def _shown_report(found: Results) -> dict:
+def _shown_report(found: Results) -> ShownResults:
     """The report of a Job as the CLI prints it; with no Trial run, only what is missing."""
-    if found.report is None:
-        return {"cells": [], "comparisons": [], "missing_tasks": found.missing_tasks}
-    return found.report | {"metering_disagreements": found.metering_disagreements}
+    job, report = found.job, found.report
+    return ShownResults(job=job.id, benchmark=job.benchmark_label, status=job.status, message=job.message,
+                        cells=[] if report is None else report.cells,
+                        comparisons=[] if report is None else report.comparisons,
+                        metering_disagreements=[] if report is None else found.metering_disagreements,
+                        missing_tasks=found.missing_tasks)
 
 
-def _print_cells(found: dict) -> None:
-    for line in report.render_cells(found) + report.render_metering(found):
+def _print_cells(shown: ShownResults) -> None:
+    for line in (render_report.render_cells(shown.cells, shown.comparisons, shown.missing_tasks)
+                 + render_report.render_metering(shown.metering_disagreements)):
         out.line(line)
 
 
@@ -198,7 +215,7 @@ def follow(c: Context, job_id: str) -> None:
     found = c.call("job_results", job_id=job_id)
     if found.report is None:
         out.line(f"{job_id} has no results: no Trial of it ran.")
-        for line in report.render_missing({"missing_tasks": found.missing_tasks}):
+        for line in render_report.render_missing(found.missing_tasks):
             out.line(line)
         return
     _print_cells(_shown_report(found))

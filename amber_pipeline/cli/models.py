@@ -7,11 +7,11 @@ from typing import Annotated
 
 import typer
 
-from amber_pipeline.api.models import Shown
 from amber_pipeline.cli import options
 from amber_pipeline.cli.context import Context
 from amber_pipeline.cli.output import out
 from amber_pipeline.models import configurations
+from amber_pipeline.operations.models import Shown
 
 app = typer.Typer()
 model_app = typer.Typer(no_args_is_help=True, help="Model Configurations: a Model, its pinned Provider, its "

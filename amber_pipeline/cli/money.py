@@ -6,10 +6,11 @@ from typing import Annotated
 
 import typer
 
+from amber_pipeline.accounts import identity
 from amber_pipeline.cli import options
 from amber_pipeline.cli.context import Context
 from amber_pipeline.cli.output import out
-from amber_pipeline.money import identity, wallet
+from amber_pipeline.money import wallet
 from amber_pipeline.money.prices import show
 
 app = typer.Typer()

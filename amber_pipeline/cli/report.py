@@ -8,18 +8,20 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from amber_pipeline.analysis import source_paths, sources
-from amber_pipeline.analysis.report import render_text
-from amber_pipeline.api.reports import REPORT_FILE
+from amber_pipeline.analysis.judge import JudgeReport
+from amber_pipeline.analysis.render_report import render_text
+from amber_pipeline.analysis.report import RoundReport
 from amber_pipeline.benchmarks.tasks import find_task_dirs, load_task, no_benchmark
 from amber_pipeline.cli import options
 from amber_pipeline.cli.context import Context
 from amber_pipeline.cli.output import out
 from amber_pipeline.errors import AmberError
+from amber_pipeline.operations.reports import REPORT_FILE
 
 app = typer.Typer()
 
@@ -37,7 +39,7 @@ def read_labels(path: Path, c: Context) -> dict[str, str]:
     read reads as missing (a server's client reads its own files)."""
     missing = AmberError(f"No labels file at {path}: give the path of labels.json.")
     if c.remote is None:
-        acting = c.acting()
+        acting = c.acting(reads=True)
         if not source_paths.permitted(acting.wh, acting.workspace, path):
             raise missing
     try:
@@ -51,14 +53,14 @@ def read_labels(path: Path, c: Context) -> dict[str, str]:
     return data
 
 
-def _plotter() -> Callable[[dict[str, Any], Path], list[Path]]:
+def _plotter() -> Callable[[RoundReport, Path], list[Path]]:
     try:
         plots = importlib.import_module("amber_pipeline.analysis.plots")
     except ModuleNotFoundError as e:
         if e.name != "amber_pipeline.analysis.plots":
             raise
         raise AmberError("Plotting is unavailable in this installation: run the report without --plot.") from None
-    report_plots: Callable[[dict[str, Any], Path], list[Path]] = plots.report_plots
+    report_plots: Callable[[RoundReport, Path], list[Path]] = plots.report_plots
     return report_plots
 
 
@@ -82,13 +84,13 @@ def report_cmd(
     all_tasks, limits = read_tasks(tasks) if tasks is not None else (None, None)
     given_labels = read_labels(labels, c) if labels is not None else None
     if plot is not None and c.remote is None:  # both files `plots.report_plots` writes: the plot and NAME-cost.png
-        acting = c.acting()
+        acting = c.acting(reads=True)
         for target in (plot, plot.with_stem(plot.stem + "-cost")):
             source_paths.writable(acting.wh, acting.workspace, target)
     made = c.call("report", source=source, all_tasks=all_tasks, task_time_limits=limits, labels=given_labels,
                   write_json=as_json)
     if as_json:
-        out.json(made.report)
+        out.json(made.report.model_dump(mode="json"))
         out.error(f"Wrote {made.path}" + (f" on {c.remote.url}" if c.remote is not None else ""))
     else:
         out.lines(render_text(made.report))
@@ -101,7 +103,7 @@ def report_cmd(
 def import_harbor(ctx: typer.Context, folder: Annotated[Path, typer.Argument(
         help="A job folder `harbor run` wrote (jobs/<job name>).")]) -> None:
     """Import a Harbor job folder's finished trials for reports and `amber sql` (view imported_trials)."""
-    acting = Context.of(ctx).acting()
+    acting = Context.of(ctx).acting(reads=True)
     name, rows = sources.import_harbor(acting.wh, acting.workspace, folder)
     out.line(f"Imported {name}: {rows} Trials into Workspace {acting.workspace}. Query them with "
              f"amber sql \"select * from imported_trials where source = '{name}'\"")
@@ -119,23 +121,22 @@ def judge_cmd(ctx: typer.Context, source: options.Source,
     labels = None
     if stage_labels is not None:
         try:
-            if c.remote is None and not source_paths.permitted(c.warehouse, c.acting().workspace, stage_labels):
+            workspace = None if c.remote is not None else c.acting(reads=True).workspace
+            if workspace is not None and not source_paths.permitted(c.warehouse, workspace, stage_labels):
                 raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(stage_labels))
             labels = json.loads(stage_labels.read_text())
         except (OSError, ValueError) as e:
             raise AmberError(f"{stage_labels} is not a JSON object of trial name -> stage ({e}).") from None
-    found = c.call("judge", source=source, model=model, samples=samples, stage_labels=labels)
+    found: JudgeReport = c.call("judge", source=source, model=model, samples=samples, stage_labels=labels)
     if as_json:
-        out.json(found)
+        out.json(found.model_dump(mode="json"))
         return
-    out.line(f"Judge {found['model_configuration']}, {found['samples']} samples each, {found['judged']} failed "
-             "Trials")
-    for stage, count in found["stages"].items():
+    out.line(f"Judge {found.model_configuration}, {found.samples} samples each, {found.judged} failed Trials")
+    for stage, count in found.stages.items():
         out.line(f"  {stage}: {count}")
-    alpha = found["samples_alpha"]
-    out.line(f"Samples agree on {found['sample_agreement']:.0%} of Trials; alpha "
-             f"{'undefined' if alpha is None else f'{alpha:.3f}'}. {found['samples_guidance']}")
-    if "labels" in found:
-        lab = found["labels"]
-        out.line(f"Against {lab['n_labels']} stage labels: agreement {lab['agreement']:.0%}, kappa "
-                 f"{lab['cohen_kappa']}, alpha {lab['krippendorff_alpha']}.")
+    alpha = found.samples_alpha
+    out.line(f"Samples agree on {found.sample_agreement:.0%} of Trials; alpha "
+             f"{'undefined' if alpha is None else f'{alpha:.3f}'}. {found.samples_guidance}")
+    if (lab := found.labels) is not None:
+        out.line(f"Against {lab.n_labels} stage labels: agreement {lab.agreement:.0%}, kappa "
+                 f"{lab.cohen_kappa}, alpha {lab.krippendorff_alpha}.")

@@ -20,7 +20,7 @@ from datetime import date
 import pyarrow as pa
 
 from amber_pipeline import failpoints
-from amber_pipeline.agents.catalog import agent_spec
+from amber_pipeline.agents.specs import agent_spec
 from amber_pipeline.jobs import lifecycle, placement, records, recovery
 from amber_pipeline.jobs.cell_models import TranscriptCall
 from amber_pipeline.jobs.outcomes import Kind, ProviderSignal

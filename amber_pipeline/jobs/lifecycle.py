@@ -10,7 +10,7 @@ stops. When the last cell of an ended Job stops, the unspent rest of its
 reservation is refunded, so for every Job reserved = charged + refunded.
 
 What a user does to a Job (quote, start, cancel, continue) is written to the
-audit log (`money/audit.py`) in the same transaction as the change itself.
+audit log (`accounts/audit.py`) in the same transaction as the change itself.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from amber_pipeline.agents.catalog import agent_spec
+from amber_pipeline.accounts import audit, workspaces
+from amber_pipeline.agents.specs import agent_spec
 from amber_pipeline.benchmarks import registry
 from amber_pipeline.benchmarks.tasks import no_benchmark, within_limits
 from amber_pipeline.benchmarks.versions import BenchmarkVersion, FolderTasks, read_folder
@@ -37,7 +38,7 @@ from amber_pipeline.jobs.quotes import Quote
 from amber_pipeline.jobs.records import ACTIVE_CELL, FINAL, Job, cells_of, get_job, run_dir
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.models.configurations import ModelConfiguration
-from amber_pipeline.money import audit, wallet, workspaces
+from amber_pipeline.money import wallet
 from amber_pipeline.money.amounts import parse_amount
 from amber_pipeline.money.prices import PRICES, Prices, show, usd
 from amber_pipeline.warehouse.catalog import Connection, Warehouse

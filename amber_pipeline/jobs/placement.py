@@ -24,7 +24,7 @@ import json
 from collections.abc import Sequence
 
 from amber_pipeline import settings
-from amber_pipeline.agents.catalog import agent_spec
+from amber_pipeline.agents.specs import agent_spec
 from amber_pipeline.errors import AmberError
 from amber_pipeline.sandbox import docker_engine, engines
 from amber_pipeline.warehouse.catalog import Connection

@@ -55,7 +55,7 @@ from typing import Any
 import requests
 from docker.errors import DockerException
 
-from amber_pipeline.agents.catalog import agent_spec
+from amber_pipeline.agents.specs import agent_spec
 from amber_pipeline.benchmarks.versions import BenchmarkVersion
 from amber_pipeline.cells import NO_MODEL, Cell, model_name
 from amber_pipeline.errors import AmberError, NotFound
@@ -234,7 +234,7 @@ class Quote:
 def task_facts(version: BenchmarkVersion) -> list[TaskFacts]:
     """The Benchmark Version's Tasks as a Quote sees them: their time limits, whether their images are built,
     and their content hashes."""
-    from amber_pipeline.sandbox.environment import image_tag
+    from amber_pipeline.sandbox.task_image import image_tag
 
     built = _local_images() if any(t.static is None for t in version.tasks) else None
     facts = []
@@ -253,7 +253,8 @@ def _local_images() -> set[str] | None:
     """The tags of the images the Docker engine holds, or None when it cannot be asked."""
     try:
         client = docker_engine.connect(timeout=DOCKER_ASK_TIMEOUT_SEC)
-        return {tag for image in client.images.list() for tag in image.tags}
+        # The low-level list is one request; `client.images.list()` inspects every image again, one request each.
+        return {tag for image in client.api.images() for tag in image.get("RepoTags") or ()}
     except (AmberError, DockerException, requests.RequestException, OSError):
         return None
 

@@ -68,8 +68,7 @@ class JobCell:
 
 @dataclass(frozen=True)
 class CellLaunch:
-    """A cell of a running Job, claimed for its run: what a launcher (the warm worker, `submit_job` or the sensor)
-    turns into a cell run."""
+    """A cell of a running Job, claimed for its run: what `launcher/cell_runs.py` turns into a cell run."""
 
     job_id: str
     cell_key: str
@@ -129,8 +128,8 @@ def claim_cells(wh: Warehouse, job_id: str | None = None) -> list[CellLaunch]:
     """Claim the pending cells of running Jobs (of one Job, or all) that nobody launched yet, each placed on an
     engine pool (`placement.py`).
 
-    The claim is one statement, so whichever launcher asks first (the warm worker told of a start,
-    `submit_job`, or the sensor's tick) gets a cell and the others do not: each cell of a Job gets one run.
+    The claim is one statement, so whichever hand asks first (the warm worker told of a start, or the sensor's
+    tick) gets a cell and the other does not: each cell of a Job gets one run.
     Placing asks the engines whether they answer, so it comes after, only for cells just claimed.
     """
     from amber_pipeline.jobs import placement  # deferred: it imports the Docker SDK, which most commands never use

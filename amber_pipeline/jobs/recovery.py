@@ -32,7 +32,7 @@ import logging
 from amber_pipeline import settings
 from amber_pipeline.cells import cell_file_id
 from amber_pipeline.errors import AmberError
-from amber_pipeline.jobs import lifecycle, placement, records, workers
+from amber_pipeline.jobs import cell_names, lifecycle, placement, records, workers
 from amber_pipeline.sandbox import engines
 from amber_pipeline.scoring import store
 from amber_pipeline.warehouse.catalog import Warehouse
@@ -48,13 +48,20 @@ def running_cells(wh: Warehouse) -> list[tuple[str, str, str | None]]:
                            "order by job_id, cell_key").fetchall()
 
 
-def recover(wh: Warehouse) -> list[tuple[str, str]]:
-    """End every running cell whose run's process on this machine is gone; the (Job, cell) pairs ended."""
+def dead_cells(wh: Warehouse, job_id: str) -> list[str]:
+    """The names of the Job's running cells whose run's process on this machine is gone: what a read shows
+    while the daemon has not yet resumed or ended them (a read never does either)."""
+    dead = [key for job, key, worker in running_cells(wh) if job == job_id and workers.is_dead(worker)]
+    return sorted(cell_names.read(wh, dead).values()) if dead else []
+
+
+def recover(wh: Warehouse, job_id: str) -> list[str]:
+    """End the Job's running cells whose run's process on this machine is gone; the cell keys ended."""
     ended = []
-    for job_id, cell_key, worker in running_cells(wh):
-        if workers.is_dead(worker):
+    for job, cell_key, worker in running_cells(wh):
+        if job == job_id and workers.is_dead(worker):
             end_dead_cell(wh, job_id, cell_key, "its run's process died")
-            ended.append((job_id, cell_key))
+            ended.append(cell_key)
     return ended
 
 
@@ -101,7 +108,7 @@ def _remove_sandboxes(wh: Warehouse, job_id: str, cell_key: str, pool: str | Non
     """The dead run's containers (on its pool's engine) and network; an engine that does not answer leaves them
     to the next sweep."""
     from amber_pipeline.jobs.trial_runner import network_name  # deferred: imports Harbor
-    from amber_pipeline.sandbox.environment import remove_sandboxes_under
+    from amber_pipeline.sandbox.container import remove_sandboxes_under
     from amber_pipeline.sandbox.network import NETWORK_LABEL, remove_sandbox_networks
 
     try:
@@ -114,7 +121,7 @@ def _remove_sandboxes(wh: Warehouse, job_id: str, cell_key: str, pool: str | Non
 def sweep_sandboxes(wh: Warehouse) -> list[str]:
     """Remove sandboxes left under the run folder of a cell that is no longer running (its run died while the
     engine was down, say); the ids removed."""
-    from amber_pipeline.sandbox.environment import remove_sandboxes, sandboxes_under  # deferred: imports Harbor
+    from amber_pipeline.sandbox.container import remove_sandboxes, sandboxes_under  # deferred: imports Docker's SDK
 
     left: dict[tuple[str, str], list] = {}
     listed = [None] if settings.sandbox_hosts_file() is None else engines.engines()

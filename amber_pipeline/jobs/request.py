@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from amber_pipeline.agents.catalog import AGENTS, DEFAULT_AGENT, agent_spec
+from amber_pipeline.agents.specs import AGENTS, DEFAULT_AGENT, agent_spec
 from amber_pipeline.benchmarks.versions import BenchmarkVersion
 from amber_pipeline.cells import NO_MODEL, Cell
 from amber_pipeline.errors import AmberError

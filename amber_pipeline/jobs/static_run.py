@@ -23,7 +23,7 @@ import aiohttp
 import uvloop
 
 from amber_pipeline.agents import direct
-from amber_pipeline.agents.catalog import agent_spec
+from amber_pipeline.agents.specs import agent_spec
 from amber_pipeline.benchmarks import static
 from amber_pipeline.benchmarks.tasks import TaskSpec
 from amber_pipeline.jobs import outcomes

@@ -34,8 +34,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from amber_pipeline.agents.catalog import AgentSpec, agent_spec
 from amber_pipeline.agents.connection import harbor_agent
+from amber_pipeline.agents.specs import AgentSpec, agent_spec
 from amber_pipeline.benchmarks.tasks import TaskSpec
 from amber_pipeline.benchmarks.versions import BenchmarkVersion
 from amber_pipeline.cells import Cell
@@ -48,6 +48,7 @@ from amber_pipeline.models.wire import Usage
 from amber_pipeline.money.prices import PRICES, Prices
 from amber_pipeline.paths import AmberPaths
 from amber_pipeline.sandbox import agent_image, docker_engine
+from amber_pipeline.sandbox.container import remove_sandboxes_under
 from amber_pipeline.sandbox.egress import EgressProxy
 from amber_pipeline.sandbox.engines import Engine
 from amber_pipeline.sandbox.network import SandboxNetwork
@@ -155,8 +156,6 @@ def run_cell(run: CellRun, *, concurrency: int = DEFAULT_CONCURRENCY,
     offline_litellm()
     engine = placement.engine_of(run.engine_pool)
     client = docker_engine.connect(engine)
-    from amber_pipeline.sandbox.environment import remove_sandboxes_under  # deferred: imports Harbor
-
     remove_sandboxes_under(run.run_dir, engine)  # left by an earlier run of this cell that was killed
     agent = agent_spec(run.cell.agent)
     mc = (model_configuration(run.cell.model_configuration, run.paths, run.workspace)

@@ -1,1 +1,1 @@
-"""Who acts where, and the money: identity, Workspaces, the Wallet ledger and prices."""
+"""The money: the Wallet's ledger, amounts as users type them, and prices."""

@@ -24,7 +24,7 @@ from typing import Annotated
 from pydantic import PlainValidator, WithJsonSchema
 
 from amber_pipeline.errors import AmberError
-from amber_pipeline.money.user_text import clipped, quoted
+from amber_pipeline.user_text import clipped, quoted
 
 # Each amount a user gives (a Credit, a Job's ceiling) is at most this; the ledger holds amounts below 10**12.
 MAX_AMOUNT = Decimal(1_000_000)

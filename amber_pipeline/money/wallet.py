@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
+from amber_pipeline.accounts import audit, workspaces
+from amber_pipeline.accounts.identity import Actor
 from amber_pipeline.errors import AmberError, Forbidden, NotFound
-from amber_pipeline.money import audit, workspaces
 from amber_pipeline.money.amounts import parse_amount
-from amber_pipeline.money.identity import Actor
 from amber_pipeline.money.prices import show
 from amber_pipeline.warehouse.catalog import Connection, Warehouse
 from amber_pipeline.warehouse.locks import lock_workspace

@@ -111,14 +111,14 @@ create table if not exists ledger (
         check (kind in ('credit', 'reservation', 'charge', 'refund')),
     amount decimal(18, 6) not null check (amount >= 0), reason varchar, quote_id varchar, job_id varchar,
     trial_key varchar, entry_key varchar not null unique);
--- Who did what and when (`money/audit.py`): one row per action, written in the action's own transaction and never
+-- Who did what and when (`accounts/audit.py`): one row per action, written in the action's own transaction and never
 -- changed. Token actions belong to no Workspace (workspace is null).
 create sequence if not exists audit_seq start 1;
 create table if not exists audit (
     seq bigint primary key default nextval('audit_seq'), created_at timestamptz not null, workspace varchar,
     user_name varchar not null, action varchar not null, job_id varchar, quote_id varchar,
     amount decimal(18, 6), detail varchar, token_id varchar, token_user varchar);
--- A launch from the Dagster UI behind sign-in (`auth/launches.py`): the signed-in user it acts for, and the one run
+-- A launch from the Dagster UI behind sign-in (`accounts/launches.py`): the signed-in user it acts for, and the one run
 -- that claimed it.
 create table if not exists ui_launches (
     id varchar primary key, user_name varchar not null, issued_at timestamptz not null, run_id varchar);

@@ -18,11 +18,11 @@ from typing import Any
 
 import uvicorn
 
-from amber_pipeline.auth import tokens, users
-from amber_pipeline.money.identity import local_user
+from amber_pipeline.accounts import tokens, users
+from amber_pipeline.accounts.identity import local_user
 from amber_pipeline.paths import AmberPaths
-from amber_pipeline.server.app import create_app
 from amber_pipeline.warehouse.catalog import Warehouse
+from server.routes import create_app
 
 STARTUP_S = 20
 

@@ -46,13 +46,13 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from amber_pipeline.auth import tokens, users
+from amber_pipeline.accounts import tokens, users, workspaces
+from amber_pipeline.accounts.identity import Actor, local_user
 from amber_pipeline.benchmarks import uploads
 from amber_pipeline.jobs import cell_run, lifecycle, records
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.models import configurations
-from amber_pipeline.money import wallet, workspaces
-from amber_pipeline.money.identity import Actor, local_user
+from amber_pipeline.money import wallet
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.warehouse.catalog import Warehouse
 
@@ -177,7 +177,7 @@ def no_leak(_ctx: Any, response: Any, _case: Case) -> None:
 
 
 def refusal_is_a_sentence(_ctx: Any, response: Any, _case: Case) -> None:
-    """A refusal is `{"detail": "one sentence"}`, what the client prints (`server/app.py`)."""
+    """A refusal is `{"detail": "one sentence"}`, what the client prints (`server/routes.py`)."""
     if not 400 <= response.status_code < 500:
         return
     try:

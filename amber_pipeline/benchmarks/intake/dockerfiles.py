@@ -9,6 +9,27 @@ does: parser directives, comments, line continuations, here-documents, --flags
 and ARG/ENV substitution. That reading is its own problem, so it lives here
 (`instructions`) and `checks` and the lint rules (`benchmarks.lint.image`)
 only ask for its answers.
+
+The reader is hand-written because `dockerfile-parse` (2.0.1, tried in its
+place) reads less of a Dockerfile than BuildKit does, and what it misses is
+a COPY source nobody checks:
+
+- no here-documents: in `RUN <<EOF` / `COPY ../ignored /x` / `EOF` it takes
+  the body's lines for instructions (a COPY from outside, then `EOF`);
+- a blank line inside a continuation ends the instruction, where BuildKit
+  skips it: `COPY ok.txt \\` / (blank) / `../secret /app/` becomes
+  `COPY ok.txt` and an instruction named `../SECRET`, so ../secret goes
+  unchecked;
+- it knows the `syntax` and `escape` directives but not `check`, so after
+  `# check=skip=all` it stops reading directives and misses an escape
+  directive that makes the backtick the continuation character: the lines
+  it continues are not joined and the next line's source goes unchecked;
+- its substitution has no `${VAR:-default}` or `${VAR:+word}`: `FROM
+  $REPO:${TAG:-latest}` names `amber-base:bookworm:-latest}`;
+- `ARG A=1 B` (one default, one declared) raises ValueError.
+
+The tests in tests/test_parsers.py hold it to these and compare the two on
+every Dockerfile of examples/ and tests/fixtures/ it can read.
 """
 
 from __future__ import annotations
@@ -25,9 +46,11 @@ from amber_pipeline.benchmarks.intake.task_refusals import Refused
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^git@")
 _VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-+])([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
-# a quoted string (skipped: "a<<b" is no heredoc), or a heredoc's start: <<EOF, <<-EOF, <<"EOF" (not <<<)
-_HEREDOC = re.compile(r"""("(?:\\.|[^"\\])*"|'[^']*')|(?<!<)<<(-?)(["']?)([A-Za-z_][A-Za-z0-9_]*)\3""")
-_DIRECTIVE = re.compile(r"^\s*#\s*([A-Za-z]+)\s*=\s*(\S+)\s*$")
+# a quoted string (skipped: "a <<b" is no heredoc), or a word that opens one: <<EOF, << EOF, <<-EOF, <<"EOF",
+# 3<<EOF. BuildKit splits the line into words first, so `cat<<EOF` opens none, and neither does <<< (a here-string).
+_HEREDOC = re.compile(r"""("(?:\\.|[^"\\])*"|'[^']*')|(?<!\S)\d*<<(-|[ \t]*)(["']?)([^\s<"']+)\3(?!\S)""")
+_DIRECTIVE = re.compile(r"^\s*#\s*([A-Za-z][A-Za-z0-9]*)\s*=\s*(.+?)\s*$")
+_DIRECTIVES = ("syntax", "check", "escape")  # BuildKit's; any other `# key=value` is a comment and ends them
 
 
 @dataclass(frozen=True)
@@ -85,11 +108,11 @@ class Instruction:
 
 def instructions(text: str) -> list[Instruction]:
     """A Dockerfile's instructions, as BuildKit reads them: parser directives, comments, continuations, heredocs."""
-    lines = text.splitlines()
+    lines = [line.removesuffix("\r") for line in text.split("\n")]  # as BuildKit splits: \v, \f, \x85 are no breaks
     escape = "\\"
     for line in lines:
         directive = _DIRECTIVE.match(line)
-        if not directive:
+        if not directive or directive[1].lower() not in _DIRECTIVES:
             break
         if directive[1].lower() == "escape" and directive[2] in ("\\", "`"):
             escape = directive[2]
@@ -112,9 +135,9 @@ def instructions(text: str) -> list[Instruction]:
         keyword = keyword.upper()
         heredocs: list[Heredoc] = []
         if keyword in ("RUN", "COPY", "ADD"):
-            for quoted, strip_tabs, _, word in _HEREDOC.findall(value):
+            for quoted, dash, _, word in _HEREDOC.findall(value):
                 end = next((j for j in range(i, len(lines))
-                            if (lines[j].lstrip("\t") if strip_tabs else lines[j]).rstrip("\r") == word), None)
+                            if (lines[j].lstrip("\t") if dash == "-" else lines[j]) == word), None)
                 if quoted or end is None:  # not a heredoc, or one never closed: read on as Docker would fail
                     continue
                 heredocs.append(Heredoc(word, "\n".join(lines[i:end])))
@@ -194,9 +217,10 @@ def check_dockerfile(name: str, path: Path, rel: str) -> list[BaseImage]:
         elif ins.keyword == "ENV" and seen_from:
             words = _words(ins.value)
             if words and "=" not in words[0] and len(words) >= 2:  # the legacy `ENV KEY value` form
-                stage_values[words[0]] = " ".join(words[1:])
+                values = {words[0]: " ".join(words[1:])}
             else:
-                stage_values.update(_args(words))
+                values = _args(words)
+            stage_values.update({k: _expand(v, {**global_args, **stage_values}) for k, v in values.items()})
         elif ins.keyword == "FROM":
             words = ins.arguments
             if not words:

@@ -11,7 +11,6 @@ import posixpath
 import re
 from pathlib import Path
 
-from amber_pipeline.benchmarks.lint.evidence import FileCheck
 from amber_pipeline.benchmarks.lint.findings import (
     IGNORES_EXIT,
     QUOTES_OUTPUT,
@@ -22,6 +21,7 @@ from amber_pipeline.benchmarks.lint.findings import (
     Finding,
 )
 from amber_pipeline.benchmarks.lint.image import Image
+from amber_pipeline.benchmarks.lint.observations import FileCheck
 from amber_pipeline.benchmarks.lint.shell import Command, is_test_command, program
 from amber_pipeline.benchmarks.lint.task import CODE_SUFFIXES, MAX_FILE_BYTES, TaskFolder, read_text
 from amber_pipeline.benchmarks.lint.verifier import Verifier, regex_literals, reward_value, writes_reward

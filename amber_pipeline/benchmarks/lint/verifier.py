@@ -16,7 +16,7 @@ import posixpath
 import re
 from dataclasses import dataclass, field
 
-from amber_pipeline.benchmarks.lint.evidence import Expected, FileCheck, FileRead
+from amber_pipeline.benchmarks.lint.observations import Expected, FileCheck, FileRead
 from amber_pipeline.benchmarks.lint.shell import Command, file_like, path_like, program, shell_commands
 from amber_pipeline.benchmarks.lint.task import CODE_SUFFIXES, TaskFolder, read_text
 from amber_pipeline.benchmarks.lint.verifier_python import PythonFacts

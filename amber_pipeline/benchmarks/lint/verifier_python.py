@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import posixpath
 
-from amber_pipeline.benchmarks.lint.evidence import Expected, FileCheck
+from amber_pipeline.benchmarks.lint.observations import Expected, FileCheck
 from amber_pipeline.benchmarks.lint.shell import file_like, path_like, shell_commands
 
 _READ_CALLS = {"open", "Path", "PurePath", "PosixPath", "exists", "isfile", "isdir", "lexists", "getsize", "getmtime",
