@@ -174,7 +174,7 @@ def demo_benches(folder: Path, jobs: int, tasks: int) -> list[Path]:
 
 
 def build_images(client: docker.DockerClient, benches: list[Path]) -> int:
-    """Build the Tasks' environment images on an engine as a sandbox would (`AmberSandbox._ensure_image`), so
+    """Build the Tasks' environment images on an engine as a sandbox would (`task_image.ensure_image`), so
     no timed Trial builds one; how many were missing."""
     built = 0
     for env in sorted(e for bench in benches for e in bench.glob("*/environment")):

@@ -41,28 +41,32 @@ from amber_pipeline.warehouse.schemas import TrialRecord, trials_table
 log = logging.getLogger(__name__)
 
 
-def running_cells(wh: Warehouse) -> list[tuple[str, str, str | None]]:
-    """(Job, cell key, worker) of every cell a run has started and not ended."""
+def running_cells(wh: Warehouse, job_id: str | None = None) -> list[tuple[str, str, str | None]]:
+    """(Job, cell key, worker) of every cell a run has started and not ended (of one Job, or of all)."""
     with wh.read() as con:
         return con.execute("select job_id, cell_key, worker from job_cells where status = 'running' "
-                           "order by job_id, cell_key").fetchall()
+                           "and (?::varchar is null or job_id = ?) order by job_id, cell_key",
+                           [job_id, job_id]).fetchall()
+
+
+def _dead_keys(wh: Warehouse, job_id: str) -> list[str]:
+    """The Job's running cells whose run's process on this machine is gone."""
+    return [key for _, key, worker in running_cells(wh, job_id) if workers.is_dead(worker)]
 
 
 def dead_cells(wh: Warehouse, job_id: str) -> list[str]:
     """The names of the Job's running cells whose run's process on this machine is gone: what a read shows
     while the daemon has not yet resumed or ended them (a read never does either)."""
-    dead = [key for job, key, worker in running_cells(wh) if job == job_id and workers.is_dead(worker)]
+    dead = _dead_keys(wh, job_id)
     return sorted(cell_names.read(wh, dead).values()) if dead else []
 
 
 def recover(wh: Warehouse, job_id: str) -> list[str]:
     """End the Job's running cells whose run's process on this machine is gone; the cell keys ended."""
-    ended = []
-    for job, cell_key, worker in running_cells(wh):
-        if job == job_id and workers.is_dead(worker):
-            end_dead_cell(wh, job_id, cell_key, "its run's process died")
-            ended.append(cell_key)
-    return ended
+    dead = _dead_keys(wh, job_id)
+    for cell_key in dead:
+        end_dead_cell(wh, job_id, cell_key, "its run's process died")
+    return dead
 
 
 def end_dead_cell(wh: Warehouse, job_id: str, cell_key: str, reason: str) -> str | None:
