@@ -1,7 +1,7 @@
 """The embedded Amber: a Dagster instance in AMBER_HOME, its daemon, its warm worker and its webserver.
 
 Started as plain processes (`dagster-daemon run` with the warm worker beside
-it; `dagster-webserver` for the UI) with DAGSTER_HOME and AMBER_HOME set, so
+it; `python -m server`, which serves the Dagster UI at /ui) with DAGSTER_HOME and AMBER_HOME set, so
 every run they launch sees the same warehouse. One daemon per instance: the UI
 uses the one that runs, or starts one and stops it again when it exits. The
 instance is made from the dagster.yaml the settings name (the repository's
@@ -163,25 +163,28 @@ def _end_group(leader: int, ended: Callable[[], bool]) -> None:
 
 
 def run_ui(paths: AmberPaths, host: str, port: int, workspace: Path | None = None) -> int:
-    """The Dagster webserver on the embedded instance, in the foreground, with the instance's daemon: the one
-    that runs already, or one started here (on the same workspace) and stopped when the webserver exits."""
+    """The embedded default's server (`python -m server --local`: the web app at /, the Dagster UI at /ui, both
+    the local login's without sign-in) in the foreground, with the instance's daemon: the one that runs already,
+    or one started here (on the same workspace) and stopped when the server exits. The server's Dagster UI loads
+    the code location from `workspace` too (None: the one AMBER_DAGSTER_WORKSPACE names)."""
     workspace = workspace or settings.dagster_workspace()
-    return _with_daemon(paths, workspace, [_bin("dagster-webserver"), "-w", str(workspace), "-h", host,
-                                           "-p", str(port)])
+    return _with_daemon(paths, workspace, [sys.executable, "-m", "server", "--local", "--host", host,
+                                           "--port", str(port)],
+                        {"AMBER_DAGSTER_WORKSPACE": str(workspace)})
 
 
 def run_api(paths: AmberPaths, host: str, port: int, public_url: str | None = None) -> int:
     """The hosted API (`server`: the operations behind sign-in, the Dagster UI under /ui) in the foreground,
-    with the instance's daemon, as `run_ui` runs the webserver. Its redirects name `public_url` (the URL people
+    with the instance's daemon, as `run_ui` runs the local one. Its redirects name `public_url` (the URL people
     open it at; None: a redirect names its path alone), which `server` checks."""
     public = [] if public_url is None else ["--public-url", public_url]
     return _with_daemon(paths, settings.dagster_workspace(),
                         [sys.executable, "-m", "server", "--host", host, "--port", str(port), *public])
 
 
-def _with_daemon(paths: AmberPaths, workspace: Path, command: list[str]) -> int:
-    """`command` in the foreground on the instance, with its daemon: the one that runs already, or one started
-    here (on the same workspace) and stopped when the command exits.
+def _with_daemon(paths: AmberPaths, workspace: Path, command: list[str], env: dict[str, str] | None = None) -> int:
+    """`command` in the foreground on the instance (with `env` over the instance's environment), with its daemon:
+    the one that runs already, or one started here (on the same workspace) and stopped when the command exits.
 
     The command runs in a session of its own, so Ctrl-C or SIGTERM reaches this process alone, which stops the
     command with everything it started (the code server of its Dagster UI among them) before it returns.
@@ -191,7 +194,8 @@ def _with_daemon(paths: AmberPaths, workspace: Path, command: list[str]) -> int:
     process = None
     try:
         start_daemon(paths, workspace)
-        process = subprocess.Popen(command, cwd=PROJECT_ROOT, env=environment(paths), start_new_session=True)
+        process = subprocess.Popen(command, cwd=PROJECT_ROOT, env={**environment(paths), **(env or {})},
+                                   start_new_session=True)
         return process.wait()
     except KeyboardInterrupt:
         return 0

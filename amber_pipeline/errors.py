@@ -9,6 +9,8 @@ infrastructure failure and keeps its traceback and cause.
 class AmberError(Exception):
     """A problem the user can fix, stated as one sentence (problem and fix)."""
 
+    field: str | None = None  # the request's field the sentence is about, where it is one (the launchpad names it)
+
 
 class NotFound(AmberError):
     """Nothing by that name or id where the user may look; another Workspace's object is reported the same way, so

@@ -8,6 +8,7 @@ it runs that Job's Trials of the cell, then scores every cell of the Benchmark
 Version and compares them, and only then marks the cell done.
 """
 
+from collections.abc import Collection, Mapping
 
 import dagster as dg
 
@@ -44,6 +45,18 @@ def trials(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> d
         "cost_usd": round(sum(r.cost_usd for r in records), 6)})
 
 
+NO_JOB = ("trials runs the Trials of a Job, so only that Job's cell runs materialize it: quote a Job with "
+          "submit_job (or `amber job submit`), or materialize rewards and cell_aggregates to score the cell again "
+          "from its stored Trials.")
+
+
+def launch_refusal(step_keys: Collection[str], tags: Mapping[str, str]) -> str | None:
+    """The sentence refusing a run that would run a cell's Trials for no Job (Materialize on `trials` in the UI),
+    found before it is queued (Amber's run coordinator asks), so no step fails and the cell keeps its state; None
+    for any other run. Re-scoring a cell (rewards and cell_aggregates alone) needs no Job: it is left to run."""
+    return NO_JOB if trials.op.name in step_keys and not tags.get(JOB_TAG) else None
+
+
 REWARDS = dg.AssetSpec(
     "rewards", deps=[trials], group_name="amber", kinds={"parquet"},
     description="Rewards of this cell per Task: the mean Reward of each Task over its scored Trials, with the "
@@ -59,7 +72,7 @@ CELL_AGGREGATES = dg.AssetSpec(
 def cell_scores(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
     """Scores every cell of this cell's Benchmark Version over all their stored Trials with the scoring engine
     and compares them, then marks the Job's cell done: its per-Task Rewards, its score beside its neighbours',
-    and the version's comparisons (recorded as a materialization of `comparisons`)."""
+    and every comparison, its version's made again (recorded as a materialization of `comparisons`)."""
     wh = warehouse.get()
     key = cell_names.key_of(wh, context.partition_key)
     scores = cell_run.store_results(wh, key, context.run.tags.get(JOB_TAG))
@@ -80,8 +93,9 @@ def cell_scores(context: dg.AssetExecutionContext, warehouse: WarehouseResource)
     yield dg.MaterializeResult(asset_key="cell_aggregates", metadata=metadata)
     if scores.cells:
         context.log_event(dg.AssetMaterialization(
-            "comparisons", description="This cell's Benchmark Version compared again as the cell finished.",
-            metadata=metadata_tables.comparisons(wh, scores.cells[0].benchmark)))
+            "comparisons", description="Every comparison, this cell's Benchmark Version's compared again as the "
+                                       "cell finished.",
+            metadata=metadata_tables.comparisons(wh)))
 
 
 cell_job = dg.define_asset_job(

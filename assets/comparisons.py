@@ -2,7 +2,9 @@
 
 Non-partitioned: it reads every stored Trial of every cell. Each cell run
 records a materialization of it as its cell finishes (its Benchmark Version
-compared again); `reaggregation_schedule` materializes it hourly (and anyone
+compared again, and every comparison shown, each with its Benchmark Version:
+the latest materialization is what the UI shows as the asset's value);
+`reaggregation_schedule` materializes it hourly (and anyone
 on demand from the UI), so a fix to the statistics or late-arriving Trials
 reach every report; it writes nothing when nothing changed. It also derives
 the evidence of Trials that have none yet, so the `failure_causes` view is

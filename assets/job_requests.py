@@ -2,7 +2,9 @@
 `amber job quote` then `amber job start QUOTE`, so no single click moves money.
 
 `submit_job`'s run config is the Job request itself (`jobs.request.JobRequest`: the launchpad shows its fields
-and their descriptions) and the Workspace that pays. It prices each cell and shows the Quote (each cell's price
+and their descriptions) and the Workspace that pays; a relative Benchmark folder is read from the folder that holds
+AMBER_HOME (`launchpad_benchmark`), and what the run config's own rules refuse is refused at Launch, before a run is
+queued (`launch_refusal`, asked by Amber's run coordinator). It prices each cell and shows the Quote (each cell's price
 per Trial and estimate, the total, the ceiling the Job would reserve, the smallest change it can detect) under
 an id, its Job's (job-...), and reserves and writes nothing. `continue_job` (a Job, an optional amount) likewise
 shows what going on with the Job past its ceiling would reserve, under a Quote id of its own (quote-...).
@@ -20,23 +22,28 @@ refused in one sentence, and the Job's submitter and the audit log name them. La
 
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 import dagster as dg
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from amber_pipeline import worker_socket
 from amber_pipeline.accounts import audit, identity, launches, workspaces
 from amber_pipeline.accounts.identity import DEFAULT_WORKSPACE
 from amber_pipeline.analysis.plan import detectable_change_sentence
+from amber_pipeline.benchmarks import registry
+from amber_pipeline.benchmarks.tasks import no_benchmark
 from amber_pipeline.errors import AmberError, NotFound
 from amber_pipeline.jobs import lifecycle, quotes
 from amber_pipeline.jobs.request import JobRequest
+from amber_pipeline.money.amounts import parse_amount
 from amber_pipeline.money.prices import show
 from amber_pipeline.operations.operation import Acting
+from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
 from assets.cell_job import JOB_TAG
 from assets.resources import WarehouseResource
@@ -65,15 +72,36 @@ class Shown(BaseModel):
 
 
 class SubmitJobConfig(JobRequest, dg.Config):
+    benchmark: str = Field(description="A Benchmark Version label name@N, or a Benchmark folder on the Amber host: "
+                                       "a relative path is read from the folder that holds AMBER_HOME (with the "
+                                       "default ./.amber, the folder you run `amber` in).")
     workspace: str = Field(DEFAULT_WORKSPACE, description="The Workspace whose Wallet pays for the Job: one you "
                                                           "are a member of.")
 
-    def request(self) -> JobRequest:
-        return JobRequest.model_validate(self.model_dump(exclude={"workspace"}))
+    def request(self, paths: AmberPaths) -> JobRequest:
+        """The Job request, its Benchmark folder read by the launchpad's rule (`launchpad_benchmark`)."""
+        return JobRequest.model_validate(self.model_dump(exclude={"workspace"}) | {
+            "benchmark": launchpad_benchmark(self.benchmark, paths)})
 
 
-# What the launchpad opens with: the demo Job (the schema mixes in dg.Config, so it is built by validation)
-DEMO_REQUEST = SubmitJobConfig.model_validate({"benchmark": "examples/demo-bench", "bounds": True,
+def launchpad_benchmark(benchmark: str, paths: AmberPaths) -> str:
+    """The launchpad's `benchmark` as the CLI reads it: a label stays a label, and a relative folder is read from the
+    folder that holds AMBER_HOME, not from wherever Dagster runs the step (the install folder). A user runs `amber`
+    (and `amber ui`) where `./.amber` is, by default, so a path typed in the launchpad reads as the same path typed
+    after `amber job submit` there."""
+    path = Path(benchmark).expanduser()
+    if path.is_absolute():
+        return str(path)
+    folder = paths.home.parent / path
+    if registry.LABEL.match(benchmark) and not folder.exists():
+        return benchmark
+    return str(folder)
+
+
+# What the launchpad opens with: the demo Job, its folder named whole since a relative one is read from the folder
+# that holds AMBER_HOME (the schema mixes in dg.Config, so it is built by validation)
+DEMO_REQUEST = SubmitJobConfig.model_validate({"benchmark": str(PROJECT_ROOT / "examples" / "demo-bench"),
+                                               "bounds": True,
                                                "model_configurations": ["replay-strong", "replay-weak"]})
 QUOTE_COLUMNS = dg.TableSchema(columns=[
     dg.TableColumn(name, kind) for name, kind in (
@@ -125,15 +153,15 @@ def _show(context: dg.OpExecutionContext, shown: Shown, metadata: dict) -> dg.Ou
                                               "request.")})
 def quote_job(context: dg.OpExecutionContext, config: SubmitJobConfig, warehouse: WarehouseResource) -> dg.Output:
     wh = warehouse.get()
-    request = config.request()
+    with _refused_in_one_sentence():
+        request = config.request(wh.paths)
     with _acting(context, wh, config.workspace) as acting:
-        priced = lifecycle.estimate(wh, acting.workspace, acting.actor.user, request)
-        cells = quotes.with_ceiling(priced.quoted, request.ceiling_usd)  # what starting it reserves
+        quoted = lifecycle.price(wh, acting.workspace, acting.actor.user, request)  # what starting it reserves
+    priced = quoted.estimate
     # The Job's id names the Quote until start_quote makes the Job under it (once, however often it is asked).
     job_id = lifecycle.new_job_id()
     shown = Shown(id=job_id, job_name=SUBMIT_JOB, user=acting.actor.user, workspace=acting.workspace, job_id=job_id,
-                  reserves=sum((Decimal(c.total) for c in cells), Decimal(0)), shown_at=datetime.now(UTC),
-                  request=request)
+                  reserves=quoted.amount, shown_at=datetime.now(UTC), request=request)
     context.instance.add_run_tags(context.run_id, {JOB_TAG: job_id})
     detectable = detectable_change_sentence(priced.n_tasks)
     context.log.info(f"Quote for {priced.label}: {show(priced.total)} over {len(priced.cells)} cells. {detectable}")
@@ -245,3 +273,52 @@ def confirm_quote(context: dg.OpExecutionContext, config: StartQuoteConfig, ware
         executor_def=dg.in_process_executor)
 def start_quote():
     confirm_quote()
+
+
+# The op whose config each launchpad job takes: where a refusal points in the run config
+LAUNCHPAD_OPS = {SUBMIT_JOB: "quote_job", CONTINUE_JOB: "quote_continuation", "start_quote": "confirm_quote"}
+
+
+def launch_refusal(instance: dg.DagsterInstance, job_name: str, run_config: Mapping[str, Any],
+                   paths: AmberPaths) -> AmberError | None:
+    """What a launchpad job's run would refuse at once, found before it is queued (Amber's run coordinator asks):
+    the refusal's sentence, with the field it is about (`AmberError.field`); None when nothing is wrong yet.
+
+    Only the rules that need no user are checked here: the run config's own (a Model Configuration that does not
+    exist, Trials per Task out of range, an Agent Amber does not ship, a Benchmark folder that is not there, an
+    amount that is not plain, a Quote never shown). Membership and the Wallet are the run's to check, as it knows
+    who acts; a label is found by the run too, since which labels exist depends on the Workspace."""
+    op = LAUNCHPAD_OPS.get(job_name)
+    config = ((run_config.get("ops") or {}).get(op) or {}).get("config") if op else None
+    if config is None:  # not a launchpad job, or its default config (the demo Job), which holds
+        return None
+    try:
+        if job_name == SUBMIT_JOB:
+            submit = SubmitJobConfig.model_validate(config)
+            request = submit.request(paths)
+            request.check(paths, submit.workspace)
+            if not registry.LABEL.match(request.benchmark):
+                folder = Path(request.benchmark)
+                if paths.holds(folder) or not folder.exists():
+                    refusal = no_benchmark(folder)
+                    refusal.field = "benchmark"
+                    raise refusal
+        elif job_name == CONTINUE_JOB:
+            amount = ContinueJobConfig.model_validate(config).amount
+            if amount is not None:
+                try:
+                    parse_amount(amount, "--amount")
+                except AmberError as e:
+                    e.field = "amount"
+                    raise
+        else:
+            try:
+                _shown(instance, StartQuoteConfig.model_validate(config).quote_id)
+            except AmberError as e:
+                e.field = "quote_id"
+                raise
+    except AmberError as refusal:
+        return refusal
+    except ValidationError:  # Dagster's schema let through what pydantic's refuses: the run says so, as before
+        return None
+    return None

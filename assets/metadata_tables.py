@@ -71,22 +71,29 @@ def version_plots(cells: list[engine.CellScore], names: dict[str, str]) -> str:
     return shown
 
 
-def comparisons(wh: Warehouse, benchmark_version_id: str | None = None) -> dict[str, dg.RawMetadataValue]:
-    """The stored comparisons (of one Benchmark Version, or all) as a table, with their forest plot."""
-    with wh.query(names={"comparisons"}) as con:
-        rows = con.execute("""select workspace, agent, better, worse, mean_difference, ci_low, ci_high,
-                                     n_shared_tasks, too_close_to_call from comparisons
-                              where ?::varchar is null or benchmark_version_id = ?
-                              order by workspace, agent, better, worse""",
-                           [benchmark_version_id, benchmark_version_id]).fetchall()
+def comparisons(wh: Warehouse) -> dict[str, dg.RawMetadataValue]:
+    """Every stored comparison as a table, each with its Benchmark Version's label as its Workspace sees it (the
+    Version's short id where none is stored), and their forest plot. Always all of them: a materialization of
+    `comparisons` is the asset's whole value, and the UI shows the latest one alone."""
+    with wh.query(names={"comparisons", "benchmark_versions"}) as con:
+        rows = con.execute("""select c.workspace,
+                                     coalesce((select b.label from benchmark_versions b
+                                               where b.id = c.benchmark_version_id
+                                                 and b.owner in (c.workspace, 'public')
+                                               order by b.owner = 'public' limit 1),
+                                              left(c.benchmark_version_id, 12)) as benchmark,
+                                     c.agent, c.better, c.worse, c.mean_difference, c.ci_low, c.ci_high,
+                                     c.n_shared_tasks, c.too_close_to_call
+                              from comparisons c
+                              order by c.workspace, benchmark, c.agent, c.better, c.worse""").fetchall()
     table = dg.MetadataValue.table([dg.TableRecord({
-        "workspace": w, "agent": a, "better": b, "worse": x, "difference": round(d, 3),
+        "workspace": w, "benchmark": v, "agent": a, "better": b, "worse": x, "difference": round(d, 3),
         "ci95": f"[{lo:+.3f}, {hi:+.3f}]", "shared_tasks": n,
         "verdict": "too close to call" if close else f"{b} is better"})
-        for w, a, b, x, d, lo, hi, n, close in rows], schema=COMPARISON_COLUMNS)
+        for w, v, a, b, x, d, lo, hi, n, close in rows], schema=COMPARISON_COLUMNS)
     metadata: dict[str, dg.RawMetadataValue] = {"comparisons": len(rows), "table": table}
     if rows:
-        differences = [plots.Row(f"{b} - {x} ({a})", d, lo, hi) for _, a, b, x, d, lo, hi, _, _ in rows]
+        differences = [plots.Row(f"{v}: {b} - {x} ({a})", d, lo, hi) for _, v, a, b, x, d, lo, hi, _, _ in rows]
         metadata["plot"] = dg.MetadataValue.md(plots.markdown_image(
             lambda path: plots.forest([], differences, path, title="Paired differences in mean Reward"),
             "forest plot"))
@@ -95,7 +102,8 @@ def comparisons(wh: Warehouse, benchmark_version_id: str | None = None) -> dict[
 
 COMPARISON_COLUMNS = dg.TableSchema(columns=[
     dg.TableColumn(name, kind) for name, kind in (
-        ("workspace", "string"), ("agent", "string"), ("better", "string"), ("worse", "string"),
+        ("workspace", "string"), ("benchmark", "string"), ("agent", "string"), ("better", "string"),
+        ("worse", "string"),
         ("difference", "float"), ("ci95", "string"), ("shared_tasks", "int"), ("verdict", "string"))])
 
 

@@ -1,7 +1,7 @@
 """From a request to its first Trial running, from the CLI and from the UI, with the daemon up.
 
 On a fresh embedded Amber (a temporary AMBER_HOME) with `amber ui` running
-(webserver, daemon and warm worker), N one-cell nop Jobs of a one-Task
+(its server with the Dagster UI at /ui, daemon and warm worker), N one-cell nop Jobs of a one-Task
 Benchmark are requested one after another, each way. The request is the
 user's commit to the Job, the moment money is reserved:
 
@@ -155,7 +155,7 @@ def main() -> None:
         port = free_port()
         ui = subprocess.Popen([AMBER, "ui", "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
-        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30, trust_env=False)
+        client = httpx.Client(base_url=f"http://127.0.0.1:{port}/ui", timeout=30, trust_env=False)  # Dagster's
         starts = SandboxStarts(paths.runs)
         try:
             _wait_ui(client, ui)

@@ -14,21 +14,33 @@ import argparse
 import uvicorn
 from fastapi import FastAPI
 
+from amber_pipeline.analysis.memo import Memo
 from amber_pipeline.errors import AmberError
 from amber_pipeline.paths import AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
 from server.dagster_ui import dagster_ui
+from server.loopback import LoopbackHosts
 from server.public_url import PublicRedirects, checked
 from server.routes import create_app
+from web.sessions import Sessions
+from web.webapp import create_web
 
 
-def app(paths: AmberPaths, public_url: str | None = None) -> FastAPI:
-    """The API over the instance in `paths`, the Dagster UI mounted behind its sign-in; every redirect names
-    `public_url` (None: its path alone), never the Host a request sent."""
+def app(paths: AmberPaths, public_url: str | None = None, local: bool = False) -> FastAPI:
+    """The API over the instance in `paths`, the Dagster UI mounted behind its sign-in, and the web app at /; every
+    redirect names `public_url` (None: its path alone), never the Host a request sent. `local`: the embedded
+    default's (`amber ui`), whose web pages are the local user's without sign-in."""
     public = None if public_url is None else checked(public_url)
-    ui = dagster_ui(paths, Warehouse(paths))
+    wh = Warehouse(paths)
+    sessions = Sessions()  # one sign-in for the web app and the Dagster UI
+    ui = dagster_ui(paths, wh, local, sessions)
     api = create_app(paths, ui=ui, on_close=ui.close)
+    # The web app's routes, not a mount at "/", which would take every path: the server's own answers stay for the
+    # rest (404, "/ui" redirected to "/ui/")
+    api.router.routes.extend(create_web(wh, local=local, sessions=sessions).routes)
     api.add_middleware(PublicRedirects, public_url=public)
+    if local:
+        api.add_middleware(LoopbackHosts)
     return api
 
 
@@ -38,9 +50,12 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--public-url", help="The URL people open the server at (e.g. https://amber.example.com), "
                                              "which redirects name; default: a redirect names its path alone.")
+    parser.add_argument("--local", action="store_true", help="The embedded default's server (`amber ui`): the web "
+                                                                 "pages are the local user's, without sign-in.")
     given = parser.parse_args()
+    Memo.freeze_kept = True  # a server: what it keeps lives long (`memo.py`)
     try:
-        served = app(AmberPaths.from_env(), given.public_url)
+        served = app(AmberPaths.from_env(), given.public_url, given.local)
     except AmberError as e:
         parser.exit(2, f"amber serve: {e}\n")
     uvicorn.run(served, host=given.host, port=given.port, ws="websockets-sansio", log_level="warning",

@@ -24,6 +24,11 @@ Launches: every run an operator launches acts for them, never for the server's
 login: the gate tags each with a launch id issued for the signed-in user, in place
 of any identity the browser sent (`launches.py`), and Amber's ops act for the user
 the id names (`assets/job_requests.py`).
+
+The embedded default (`amber ui`, `python -m server --local`) has no gate: it serves on the host to the local
+login, who is staff there, as Dagster's own webserver did. Every request and websocket reaches the writable app
+without sign-in, and runs carry no launch id, so they act for the local login as on the CLI. Only a websocket
+from a page of another site is still refused: it costs the UI nothing and keeps other sites from reading the runs.
 """
 
 from __future__ import annotations
@@ -31,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import html
 import json
-import secrets
 from urllib.parse import parse_qs, urlsplit
 
 import anyio.to_thread
@@ -47,9 +51,9 @@ from amber_pipeline.paths import AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
 from launcher.webserver import DagsterApps
 from server import launches
+from web.sessions import COOKIE, Sessions
 
 PREFIX = "/ui"  # where the API mounts this app; Dagster's pages load their scripts and GraphQL from under it
-COOKIE = "amber_session"
 WS_REFUSED = 4401  # closing before accepting: the server answers the upgrade with 403, Dagster never sees it
 WS_RECHECK_S = 10.0  # how often an open websocket's sign-in is checked again
 MAX_FORM_BYTES = 8192
@@ -59,20 +63,22 @@ NO_SESSION = "Sign in to the Dagster UI at /ui/signin with an API token of an Am
 STAFF_ONLY = "The Dagster UI is for Amber staff: ask Amber staff to give you the staff role."
 
 
-def dagster_ui(paths: AmberPaths, wh: Warehouse) -> DagsterUI:
-    """The Dagster UI of the instance in `paths` behind sign-in, to mount at /ui; call its `close()` when the
-    server stops (it also closes on an ASGI lifespan shutdown when it is the top-level app)."""
-    return DagsterUI(paths, wh)
+def dagster_ui(paths: AmberPaths, wh: Warehouse, local: bool = False, sessions: Sessions | None = None) -> DagsterUI:
+    """The Dagster UI of the instance in `paths` behind sign-in (`local`: the embedded default's, open to the
+    local login without one), to mount at /ui; call its `close()` when the server stops (it also closes on an
+    ASGI lifespan shutdown when it is the top-level app)."""
+    return DagsterUI(paths, wh, local, sessions)
 
 
 class DagsterUI:
     """The gate (an ASGI app): sign-in pages, sessions, and every HTTP request and websocket checked before it
-    reaches the Dagster app the user's roles allow."""
+    reaches the Dagster app the user's roles allow; with `local`, every one reaches the writable app as is."""
 
-    def __init__(self, paths: AmberPaths, wh: Warehouse) -> None:
+    def __init__(self, paths: AmberPaths, wh: Warehouse, local: bool = False, sessions: Sessions | None = None) -> None:
         self.wh = wh
+        self.local = local
         self.dagster = DagsterApps(paths, PREFIX)
-        self._sessions: dict[str, str] = {}  # session id -> token id; in memory, so a restart signs everyone out
+        self.sessions = sessions or Sessions()  # the web app's: one sign-in for both
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -83,11 +89,13 @@ class DagsterUI:
             await self._lifespan(receive, send)
 
     def close(self) -> None:
-        """Sign everyone out and stop the Dagster apps (their code server included); safe to call twice."""
-        self._sessions.clear()
+        """Stop the Dagster apps (their code server included); safe to call twice."""
         self.dagster.close()
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.local:
+            await self._forward(True, scope, receive, send)
+            return
         conn = HTTPConnection(scope)
         path, method = _local_path(scope), scope["method"]
         root = _root(scope)
@@ -96,9 +104,9 @@ class DagsterUI:
         elif path == "/signin" and method == "POST":
             response = await self._sign_in(scope, receive, root)
         elif path == "/signout" and method == "POST":
-            self._sessions.pop(conn.cookies.get(COOKIE, ""), None)
+            self.sessions.close(conn.cookies.get(COOKIE))
             response = RedirectResponse(f"{root}/signin", status_code=303)
-            response.delete_cookie(COOKIE, path=root, secure=scope.get("scheme") == "https", httponly=True,
+            response.delete_cookie(COOKIE, path="/", secure=scope.get("scheme") == "https", httponly=True,
                                    samesite="strict")
         else:
             try:
@@ -113,13 +121,19 @@ class DagsterUI:
             else:
                 seen = await self._launching(user, scope, receive) if user.operator else (scope, receive)
                 if not isinstance(seen, Response):
-                    await self._forward(user, *seen, send)
+                    await self._forward(user.operator, *seen, send)
                     return
                 response = seen
         await response(scope, receive, send)
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         conn = HTTPConnection(scope)
+        if self.local:
+            if _same_origin(conn.headers):
+                await self._forward(True, scope, receive, send)
+            elif (await receive())["type"] == "websocket.connect":
+                await send({"type": "websocket.close", "code": WS_REFUSED})
+            return
         session = conn.cookies.get(COOKIE)
         try:
             user = (await anyio.to_thread.run_sync(self._signed_in, conn.headers, session)
@@ -146,7 +160,7 @@ class DagsterUI:
 
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(recheck)
-            await self._forward(user, scope, receive, send)
+            await self._forward(user.operator, scope, receive, send)
             tasks.cancel_scope.cancel()
         if ended:
             with contextlib.suppress(OSError, RuntimeError):  # the client may have gone meanwhile
@@ -162,10 +176,10 @@ class DagsterUI:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    async def _forward(self, user: users.User, scope: Scope, receive: Receive, send: Send) -> None:
-        app = self.dagster.made(user.operator)
+    async def _forward(self, writable: bool, scope: Scope, receive: Receive, send: Send) -> None:
+        app = self.dagster.made(writable)
         if app is None:
-            app = await anyio.to_thread.run_sync(self.dagster.app, user.operator)
+            app = await anyio.to_thread.run_sync(self.dagster.app, writable)
         # Dagster routes under its own prefix: it must see the path as if it were the server's root.
         await app({**scope, "root_path": scope.get("root_path", "").removesuffix(PREFIX)}, receive, send)
 
@@ -211,10 +225,8 @@ class DagsterUI:
             return _page("Sign in", _form(root, str(refused)), 401)
         except Forbidden as forbidden:
             return _page("Staff only", f"<p>{html.escape(str(forbidden))}</p>", 403)
-        session = secrets.token_urlsafe(32)
-        self._sessions[session] = token.id
         response = RedirectResponse(f"{root}/", status_code=303)
-        response.set_cookie(COOKIE, session, path=root, httponly=True, samesite="strict",
+        response.set_cookie(COOKIE, self.sessions.open(token), path="/", httponly=True, samesite="strict",
                             secure=scope.get("scheme") == "https")
         return response
 
@@ -239,14 +251,8 @@ class DagsterUI:
         scheme, _, secret = headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer":
             return self._staff(tokens.verify(self.wh, secret.strip()))
-        token_id = self._sessions.get(session or "")
-        if session is None or token_id is None:
-            raise tokens.SignInRefused(NO_SESSION)
-        try:
-            return self._staff(tokens.still_active(self.wh, token_id))
-        except (tokens.SignInRefused, Forbidden):
-            self._sessions.pop(session, None)
-            raise
+        # A session whose token is gone ends here; one of a user who is not staff stays theirs for the web app.
+        return self._staff(self.sessions.token(self.wh, session, unknown=NO_SESSION))
 
 
 def _local_path(scope: Scope) -> str:

@@ -119,6 +119,8 @@ def valid_params(world: World) -> dict[str, dict[str, Any]]:
         "model_add": {"toml": 'name = "m"\nmodel = "m"\nprovider = "replay"\nreplay = "replay-strong.json"\n'
                               '[prices]\ninput = 1.0\ncached_input = 0.1\noutput = 2.0\nsource = "a test"\n'},
         "benchmark_list": {}, "benchmark_show": {"ref": "static-bench@1"},
+        "benchmark_task": {"ref": "static-bench@1", "task": "capital-city"}, "job_preview": label_request,
+        "job_tasks": {"job_id": MISSING["job_id"]}, "trial_detail": {"job_id": MISSING["job_id"], "trial": "x__1"},
         "benchmark_validation": {"upload_id": MISSING["upload_id"]},
         "benchmark_validate": {"upload_id": MISSING["upload_id"]},
         "benchmark_publish": {"upload_id": MISSING["upload_id"]},
@@ -147,7 +149,9 @@ BY_ID: dict[str, tuple[str, dict[str, Any]]] = {
     "report": ("job_id", {}), "compare": ("job_id", {}), "leaderboard": ("job_id", {}), "judge": ("job_id", {}),
     "benchmark_validation": ("upload_id", {}), "benchmark_validate": ("upload_id", {}),
     "benchmark_publish": ("upload_id", {}),
-    "benchmark_show": ("ref", {}), "job_quote": ("ref", {}), "job_submit": ("ref", {}),
+    "benchmark_show": ("ref", {}), "job_quote": ("ref", {}), "job_submit": ("ref", {}), "job_preview": ("ref", {}),
+    "benchmark_task": ("ref", {"task": "capital-city"}),
+    "job_tasks": ("job_id", {}), "trial_detail": ("job_id", {"trial": "capital-city__1"}),
     "model_show": ("name", {}), "benchmark_review": ("name", {}),
     "workspace_add_member": ("workspace", {"user": "carol"}), "token_revoke": ("token_id", {}),
     "credit_add": ("workspace", {"amount": "1", "reason": "x"}),
@@ -205,7 +209,7 @@ def test_another_workspaces_object_answers_as_a_missing_one(world: World, name: 
     alices, made_up = world.ids[kind], MISSING[kind]
 
     def named(value: str) -> dict[str, Any]:
-        if name in ("job_quote", "job_submit"):
+        if name in ("job_quote", "job_submit", "job_preview"):
             return {**params, "benchmark": value}
         if name == "benchmark_review":
             return {**params, "model": value}

@@ -100,6 +100,7 @@ LABEL_REQUEST = {"benchmark": "static-bench@1", "agent": "direct", "model_config
 REACHING: dict[str, tuple[dict[str, Any], dict[str, tuple[str, bytes]]]] = {
     "job_quote": (LABEL_REQUEST, {}),
     "job_submit": (LABEL_REQUEST, {}),
+    "job_preview": (LABEL_REQUEST, {}),
     "benchmark_upload": ({"name": "b", "archive": "bench.tar.gz"},
                          {"archive": ("bench.tar.gz", tarball(fuzz.STATIC))}),
     "benchmark_adapt": ({"kind": "gsm8k", "name": "g", "file": "gsm8k.jsonl"},

@@ -76,14 +76,17 @@ BENCHES = [
     Bench("trial_overhead.py", frozenset({"nop_trial_ratio", *(f"{side}trials_per_minute_c{c}"
                                                                for side in ("", "direct_") for c in (1, 2, 4))}), 600,
           _positive("nop_trial_ratio", "trials_per_minute_c1", "direct_trials_per_minute_c1")),
+    Bench("web_pages.py", frozenset({"web_job_page_ms_p95", "web_trial_page_ms_p95"}), 300,
+          _positive("web_job_page_ms_p95", "web_trial_page_ms_p95")),
 ]
 DOCKER = {"agent_image.py", "quote_accuracy.py", "request_latency.py", "scale_out.py", "trial_overhead.py"}
 DAGSTER_UI = {"request_latency.py"}  # `amber ui`: a webserver, a daemon and a warm worker
+BROWSER = {"web_pages.py"}  # Debian's headless Chromium
 
 
 def _marks(script: str) -> list[pytest.MarkDecorator]:
-    return [mark for names, mark in ((DOCKER, pytest.mark.docker), (DAGSTER_UI, pytest.mark.dagster_ui))
-            if script in names]
+    return [mark for names, mark in ((DOCKER, pytest.mark.docker), (DAGSTER_UI, pytest.mark.dagster_ui),
+                                     (BROWSER, pytest.mark.browser)) if script in names]
 
 
 def figures(script: str, *args: str, timeout: float, home: Path) -> dict[str, float]:

@@ -363,7 +363,7 @@ def test_the_webserver_reports_the_code_servers_location_loaded(tmp_path: Path, 
                               start_new_session=True)
     daemon = embedded.daemon_pid(deployment.wh.paths)
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5, trust_env=False) as client:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}/ui", timeout=5, trust_env=False) as client:
             def answer() -> dict | None:
                 with contextlib.suppress(httpx.TransportError):
                     return client.post("/graphql", json={"query": WORKSPACE_QUERY}).json()

@@ -1,8 +1,9 @@
 """End to end through a real `amber ui`: a Job quoted by submit_job and started by start_quote over GraphQL, as
 the UI's two launches do; the warm worker launches its cell run.
 
-The webserver, daemon and warm worker run on the embedded instance of a temporary AMBER_HOME, started by
-`amber ui` itself; the cell run executes one real Trial in a Docker sandbox.
+The server (the Dagster UI at /ui, open to the local login without sign-in), daemon and warm worker run on the
+embedded instance of a temporary AMBER_HOME, started by `amber ui` itself; the cell run executes one real Trial in
+a Docker sandbox.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class Dagster:
     def wait(self, what: str, budget: float, check) -> Any:
         deadline = time.monotonic() + budget
         while True:
-            assert self.proc.poll() is None, f"dagster dev exited while waiting for {what}:\n{self.tail()}"
+            assert self.proc.poll() is None, f"amber ui exited while waiting for {what}:\n{self.tail()}"
             try:
                 value = check()
             except httpx.TransportError:
@@ -120,7 +121,8 @@ def dagster_dev(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Dag
     with open(log, "wb") as out:
         proc = subprocess.Popen([amber, "ui", "--host", "127.0.0.1", "--port", str(port)], cwd=PROJECT_ROOT,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10, trust_env=False)
+    # `amber ui` serves Amber's web app at / and the Dagster UI under /ui, with no sign-in on the host
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}/ui", timeout=10, trust_env=False)
     try:
         yield Dagster(client, proc, log)
     finally:
@@ -129,7 +131,7 @@ def dagster_dev(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Dag
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
-    """Stop `amber ui` as Ctrl-C would: it stops the webserver and the daemon it started."""
+    """Stop `amber ui` as Ctrl-C would: it stops the server and the daemon it started."""
     if proc.poll() is not None:
         return
     stop_group(proc)

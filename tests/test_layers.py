@@ -125,7 +125,7 @@ def test_the_picture_is_held_to_something() -> None:
 
 INTERNALS_PACKAGE = "launcher"  # the run launcher, the run coordinator, and what they need of Dagster's internals
 PRIVATE = re.compile(r"dagster(_shared)?[.]_|dagster_shared\b")
-PROJECT_PACKAGES = ("amber_pipeline", "assets", "sensors", "launcher", "server", "bench", "scripts", "tests")
+PROJECT_PACKAGES = ("amber_pipeline", "assets", "sensors", "launcher", "server", "web", "bench", "scripts", "tests")
 
 
 def test_only_the_launcher_package_imports_dagsters_internals() -> None:
@@ -148,13 +148,15 @@ def test_only_the_launcher_package_imports_dagsters_internals() -> None:
 SHARED_NAMES = {
     "account.py": "a user's account: its operations and their commands",
     "audit.py": "the audit log: its records, its operation, its command",
-    "benchmarks.py": "Benchmarks: their operations and their commands",
-    "jobs.py": "Jobs: their operations and their commands",
+    "benchmarks.py": "Benchmarks: their operations, their commands and their web page",
+    "jobs.py": "Jobs: their operations, their commands and their web page",
     "models.py": "Model Configurations: their operations and their commands",
     "money.py": "Workspaces' money: its operations and their commands",
     "sql.py": "`amber sql`: the confined engine, its operation, its command",
     "report.py": "the round report: computed, and its command",
-    "compare.py": "paired comparisons: computed, and their command",
+    "compare.py": "paired comparisons: computed, their command and their web page",
+    "plots.py": "a report's plots: PNG files, and SVG in the web pages",
+    "wallet.py": "the Wallet: its ledger, and its web page",
     "launches.py": "the Dagster UI's launch ids: issued and claimed, and stamped on the UI's requests",
     "benchmark_versions.py": "Benchmark Versions in Dagster: their asset and the sensor that adds them",
     "humaneval.py": "the HumanEval adapter and its checks",
@@ -165,10 +167,26 @@ SHARED_NAMES = {
 
 def test_a_shared_file_name_is_one_concept() -> None:
     places: dict[str, list[str]] = {}
-    for package in ("amber_pipeline", "assets", "sensors", "launcher", "server"):
+    for package in ("amber_pipeline", "assets", "sensors", "launcher", "server", "web"):
         for path in (PROJECT_ROOT / package).rglob("*.py"):
             if path.name not in ("__init__.py", "__main__.py"):
                 places.setdefault(path.name, []).append(str(path.relative_to(PROJECT_ROOT)))
     shared = {name: sorted(paths) for name, paths in places.items() if len(paths) > 1}
     assert {name: paths for name, paths in shared.items() if name not in SHARED_NAMES} == {}
     assert set(SHARED_NAMES) <= set(shared), "a name listed as shared is no longer: take it off the list"
+
+
+FACES_BELOW_THE_SERVER = ("web",)  # the web app: the server mounts it, and it reads only through the operations
+
+
+def test_the_web_app_reads_through_the_operations_alone() -> None:
+    """The web app is a face like the CLI: it imports the core library and never the Dagster layer, the server that
+    mounts it, or Dagster itself, so a page sees what the API would and can be served without Dagster loaded."""
+    offenders = []
+    for package in FACES_BELOW_THE_SERVER:
+        for path in sorted((PROJECT_ROOT / package).rglob("*.py")):
+            for name in imports(path):
+                top = name.split(".")[0]
+                if top in ("server", "launcher", "assets", "sensors") or top.startswith("dagster"):
+                    offenders.append(f"{path.relative_to(PROJECT_ROOT)}: {name}")
+    assert offenders == []

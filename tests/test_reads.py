@@ -73,7 +73,7 @@ def test_every_get_route_changes_nothing(due: Instance) -> None:
     server = ApiServer.start(paths)
     try:
         fills = {"job_id": due.names["completed"], "name": "replay-strong", "ref": "static-bench@1",
-                 "upload_id": "upl-0000000000"}
+                 "upload_id": "upl-0000000000", "task": "capital-city", "trial": "capital-city__1"}
         gets = sorted((name, op) for name, op in OPERATIONS.items() if op.method == "GET")
         assert len(gets) >= 15, [name for name, _ in gets]
         tokens = [server.token(local_user()), server.token("alice")]

@@ -10,22 +10,20 @@ in the message.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+import chromium
 import pytest
 import yaml
 from helpers import funded
-from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException, TimeoutException, WebDriverException
-from selenium.webdriver.chrome.service import Service
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
@@ -40,8 +38,6 @@ from amber_pipeline.warehouse.catalog import Warehouse
 
 pytestmark = [pytest.mark.dagster_ui, pytest.mark.docker, pytest.mark.browser]
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 STARTUP_BUDGET_S = 90  # amber ui up and the amber code location loaded
 PAGE_BUDGET_S = 30  # one page of the UI rendering what it is asked for
 FIRST_PAGE_BUDGET_S = 60  # the first, which also loads and compiles the UI's scripts on a busy machine
@@ -73,21 +69,11 @@ T = TypeVar("T")
 
 
 @pytest.fixture
-def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[WebDriver]:
-    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not os.access(p, os.X_OK)]
-    if missing:
-        pytest.skip(f"no {' or '.join(missing)}: scripts/setup.sh installs Debian's chromium and chromium-driver "
-                    "when run as root on Debian")
-    monkeypatch.setenv("SE_OFFLINE", "true")  # Selenium Manager: never download a browser or a driver
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the page's console, for failures
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1600,1000", "--no-first-run", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--disable-extensions"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
-    driver.set_page_load_timeout(60)
+def browser(tmp_path: Path) -> Iterator[WebDriver]:
+    why = chromium.missing()
+    if why:
+        pytest.skip(why)
+    driver = chromium.chromium(tmp_path / "chromium-profile", 1600, 1000, console=True)
     try:
         yield driver
     finally:
@@ -120,23 +106,8 @@ class UI:
                 return b
         return None
 
-    @contextmanager
-    def evidence(self) -> Iterator[None]:
-        try:
-            yield
-        except (AssertionError, WebDriverException) as e:
-            raise AssertionError(f"{e}\n{self.save()}") from e
-
-    def save(self) -> str:
-        stamp = time.strftime("%H%M%S")
-        png, html, console = (self.out / f"ui-{stamp}.{ext}" for ext in ("png", "html", "console.txt"))
-        try:
-            self.driver.save_screenshot(str(png))
-            html.write_text(self.driver.page_source)
-            console.write_text("".join(f"{e['level']} {e['message']}\n" for e in self.driver.get_log("browser")))
-        except WebDriverException as e:
-            return f"(no screenshot or page source: {e.msg})"
-        return f"screenshot: {png}\npage source: {html}\nbrowser console: {console}"
+    def evidence(self) -> AbstractContextManager[None]:
+        return chromium.evidence(self.driver, self.out, "ui")
 
 
 def test_launch_a_job_from_the_launchpad_and_read_its_cells_ci(

@@ -111,7 +111,7 @@ def test_amber_ui_uses_the_running_daemon_and_leaves_it_running(warehouse: Wareh
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5, trust_env=False) as client:
             def serving() -> bool:
                 try:
-                    return client.get("/server_info").status_code == 200
+                    return client.get("/ui/server_info").status_code == 200  # the Dagster UI, under /ui
                 except httpx.TransportError:
                     return False
             wait_for("the webserver", serving, 90)

@@ -12,7 +12,6 @@ import base64
 import math
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -22,18 +21,12 @@ matplotlib.use("Agg")  # headless: called from the CLI, Dagster runs and tests
 import matplotlib.pyplot as plt  # noqa: E402
 
 from amber_pipeline.analysis import frontier  # noqa: E402
+from amber_pipeline.analysis.plot_rows import Row, best_first, cell_rows, cost_points, difference_rows  # noqa: E402
 from amber_pipeline.analysis.report import RoundReport  # noqa: E402
-from amber_pipeline.analysis.statistics import Bounds  # noqa: E402
+
+__all__ = ["Row", "cost_score", "forest", "forest_plot", "markdown_image", "report_plots"]  # Row: for cli/compare
 
 REPORT_TITLE = "Amber report"
-
-
-@dataclass(frozen=True)
-class Row:
-    label: str
-    estimate: float
-    low: float
-    high: float
 
 
 def forest(cells: list[Row], differences: list[Row], path: Path, *, title: str,
@@ -47,7 +40,7 @@ def forest(cells: list[Row], differences: list[Row], path: Path, *, title: str,
     fig, axes = plt.subplots(len(panels), 1, figsize=(min(18, 5 + 0.08 * longest), sum(heights) + 0.6), squeeze=False,
                              gridspec_kw={"height_ratios": heights})
     for ax, (rows, axis_label, is_difference) in zip(axes[:, 0], panels, strict=True):
-        ordered = sorted(rows, key=lambda r: (-_finite(r.estimate), r.label))[::-1]
+        ordered = best_first(rows)[::-1]  # matplotlib counts rows upwards: the best on top
         ys = range(len(ordered))
         for y, row in zip(ys, ordered, strict=True):
             if math.isfinite(row.low) and math.isfinite(row.high):
@@ -72,41 +65,17 @@ def forest(cells: list[Row], differences: list[Row], path: Path, *, title: str,
     return path
 
 
-def _finite(x: float) -> float:
-    return x if math.isfinite(x) else -math.inf
-
-
-def _num(x: float | None) -> float:
-    return math.nan if x is None else x
-
-
-def _row(label: str, estimate: float | None, ci95: Bounds) -> Row:
-    return Row(label, _num(estimate), _num(ci95[0]), _num(ci95[1]))
-
-
-def _pair_label(better: str, worse: str) -> str:
-    """'agent/a' and 'agent/b' (or 'agent / a') read as 'a - b (agent)'."""
-    a_agent, _, a_model = better.replace(" / ", "/").rpartition("/")
-    b_agent, _, b_model = worse.replace(" / ", "/").rpartition("/")
-    if a_agent and a_agent == b_agent:
-        return f"{a_model} - {b_model} ({a_agent})"
-    return f"{better} - {worse}"
-
-
 def forest_plot(report: RoundReport, path: Path, margin: float | None = None, *, title: str = REPORT_TITLE) -> Path:
     """The forest plot of a report: its cells, and its comparisons when it has any."""
-    cells = [_row(c.route, c.mean_reward, c.ci95) for c in report.cells]
-    differences = [_row(_pair_label(c.better, c.worse), c.mean_difference, c.ci95) for c in report.comparisons]
-    return forest(cells, differences, path, title=title, margin=margin, difference_axis="difference in mean Reward")
+    return forest(cell_rows(report), difference_rows(report), path, title=title, margin=margin,
+                  difference_axis="difference in mean Reward")
 
 
 def report_plots(report: RoundReport, path: Path, *, title: str = REPORT_TITLE) -> list[Path]:
     """A report's plots: its forest plot at ``path`` and, when two or more cells have a Model Configuration,
     their cost-versus-score plot beside it (``<name>-cost.png``). The paths written."""
     written = [forest_plot(report, path, title=title)]
-    points = [frontier.Point.of_cell(c.route, c.cost_usd, c.n_trials, _num(c.mean_reward), _num(c.ci95[0]),
-                                     _num(c.ci95[1]))
-              for c in report.cells if c.model and c.n_trials]
+    points = cost_points(report)
     if len(points) > 1:
         written.append(cost_score(points, path.with_stem(path.stem + "-cost"), title=title))
     return written

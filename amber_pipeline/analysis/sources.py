@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from amber_pipeline.analysis import source_paths
 from amber_pipeline.analysis.evidence import TrialEvidence
+from amber_pipeline.analysis.memo import Memo
 from amber_pipeline.analysis.report import failure_cause, outcome
 from amber_pipeline.analysis.trial_folders import (
     HARBOR_PREFIX,
@@ -48,6 +49,7 @@ from amber_pipeline.warehouse.schemas import EVIDENCE_SCHEMA, TrialRecord
 from amber_pipeline.warehouse.storage import StoredFile
 
 FIELDS = [f.name for f in dataclasses.fields(TrialEvidence)]
+EVIDENCE: Memo[list[TrialEvidence]] = Memo(16)  # an unchanged Job's evidence, read once per process
 
 
 class NoTrials(AmberError):
@@ -88,10 +90,21 @@ def amber_job(wh: Warehouse, workspace: str, job_id: str) -> list[TrialEvidence]
     with wh.query(workspace, {"jobs"}) as con:
         if con.execute("select 1 from jobs where id = ?", [job_id]).fetchone() is None:
             raise NotFound(f"No Job {job_id} in Workspace {workspace}: list Jobs with `amber job status`.")
-    rows = [row for stored in wh.store.files(wh.paths.trials, f"*/{job_id}.parquet")
-            for row in _rows(wh, derive(wh, stored.path, stored)) if row["workspace"] == workspace]
-    evidence = [TrialEvidence(**{k: row[k] for k in FIELDS}) for row in rows]
-    return sorted(evidence, key=lambda e: (e.route, e.task_name, e.attempt))
+    files = job_files(wh, job_id)
+
+    def read() -> list[TrialEvidence]:
+        rows = [row for stored in files
+                for row in _rows(wh, derive(wh, stored.path, stored)) if row["workspace"] == workspace]
+        evidence = [TrialEvidence(**{k: row[k] for k in FIELDS}) for row in rows]
+        return sorted(evidence, key=lambda e: (e.route, e.task_name, e.attempt))
+
+    return list(EVIDENCE.get((wh.paths.home, workspace, job_id, files), read))  # a copy: callers may sort it
+
+
+def job_files(wh: Warehouse, job_id: str) -> tuple[StoredFile, ...]:
+    """A Job's stored Trial files, one per cell, with their sizes and times: what its evidence is made from, so
+    also the version of anything computed from it (`memo.py`)."""
+    return tuple(sorted(wh.store.files(wh.paths.trials, f"*/{job_id}.parquet"), key=lambda f: f.path))
 
 
 def derive(wh: Warehouse, trial_file: Path, listed: StoredFile | None = None) -> Path:
@@ -109,9 +122,9 @@ def derive(wh: Warehouse, trial_file: Path, listed: StoredFile | None = None) ->
     if wh.store.exists(stored):
         return stored
     records = [TrialRecord.model_validate(r) for r in _rows(wh, trial_file)]
-    for cell_dir in {_here(wh, r.trial_dir).parent for r in records}:
+    for cell_dir in {here(wh, r.trial_dir).parent for r in records}:
         wh.store.fetch_folder(cell_dir)
-    wh.write_parquet(_table([(r.workspace, Path(r.trial_dir).parent, _of_record(r, _here(wh, r.trial_dir)))
+    wh.write_parquet(_table([(r.workspace, Path(r.trial_dir).parent, _of_record(r, here(wh, r.trial_dir)))
                              for r in records if r.outcome != outcomes.Kind.CANCELLED]), stored)
     for old in wh.store.files(folder, "*.parquet"):
         if old.path != stored:
@@ -124,7 +137,7 @@ def _rows(wh: Warehouse, path: Path) -> list[dict]:
     return [] if table is None else table.to_pylist()
 
 
-def _here(wh: Warehouse, trial_dir: str) -> Path:
+def here(wh: Warehouse, trial_dir: str) -> Path:
     """Where a Trial folder is on this machine: as named, or at the same place below this AMBER_HOME
     (``runs/<job>/<cell>/<trial>``) when another machine with another home ran it."""
     path = Path(trial_dir)

@@ -57,14 +57,14 @@ _ERROR_LINE = re.compile(
 
 # ---- reading one trial folder ------------------------------------------------------------
 
-def _json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
 
 
-def _get(data: Any, *keys: str) -> Any:
+def dig(data: Any, *keys: str) -> Any:
     for key in keys:
         if not isinstance(data, dict):
             return None
@@ -73,12 +73,13 @@ def _get(data: Any, *keys: str) -> Any:
 
 
 def _load_result(path: Path) -> dict[str, Any] | None:
-    """A trial's result.json through Harbor's TrialResult when it validates, else as it is."""
+    """A trial's result.json through Harbor's TrialResult when it validates, else as it is; None for a Harbor job's
+    result.json (`JobResult`, which each cell folder of an Amber Job holds) or no JSON object."""
     from harbor.models.trial.result import TrialResult
     from pydantic import ValidationError
 
-    raw = _json(path)
-    if not isinstance(raw, dict):
+    raw = read_json(path)
+    if not isinstance(raw, dict) or "n_total_trials" in raw:  # a job's result (an Amber cell's folder): no trial
         return None
     try:
         return TrialResult.model_validate(raw).model_dump(mode="json")
@@ -86,7 +87,7 @@ def _load_result(path: Path) -> dict[str, Any] | None:
         return raw
 
 
-def _time(value: Any) -> datetime | None:
+def timestamp(value: Any) -> datetime | None:
     if not isinstance(value, str):
         return None
     try:
@@ -96,8 +97,8 @@ def _time(value: Any) -> datetime | None:
     return at if at.tzinfo else at.replace(tzinfo=UTC)  # Harbor's trial times are UTC
 
 
-def _seconds(phase: Any) -> float | None:
-    start, end = _time(_get(phase, "started_at")), _time(_get(phase, "finished_at"))
+def phase_seconds(phase: Any) -> float | None:
+    start, end = timestamp(dig(phase, "started_at")), timestamp(dig(phase, "finished_at"))
     return (end - start).total_seconds() if start and end else None
 
 
@@ -106,7 +107,7 @@ def _number(value: Any) -> float | None:
 
 
 def _rewards(result: dict[str, Any]) -> dict[str, float] | None:
-    rewards = _get(result, "verifier_result", "rewards")
+    rewards = dig(result, "verifier_result", "rewards")
     if not isinstance(rewards, dict):
         return None
     numeric = {k: v for k, v in ((k, _number(v)) for k, v in rewards.items()) if v is not None}
@@ -122,7 +123,7 @@ def _reward(rewards: dict[str, float] | None) -> float | None:
 def _exception(result: dict[str, Any]) -> dict[str, Any] | None:
     """The exception that decides, as `outcomes.from_harbor` picks it."""
     steps = result.get("step_results") or []
-    infos = [result.get("exception_info"), *(_get(s, "exception_info") for s in steps)]
+    infos = [result.get("exception_info"), *(dig(s, "exception_info") for s in steps)]
     infos = [i for i in infos if isinstance(i, dict) and isinstance(i.get("exception_type"), str)]
     agents_own = outcomes.AGENT_CAUSES
     return next((i for i in infos if outcomes.rule_for(i["exception_type"]).cause not in agents_own),
@@ -132,7 +133,7 @@ def _exception(result: dict[str, Any]) -> dict[str, Any] | None:
 def _usage(result: dict[str, Any]) -> tuple[int | None, int | None, float | None]:
     """Input tokens, output tokens, cost: the agent's, else summed over multi-step results."""
     found = [result.get("agent_result")] if result.get("agent_result") else [
-        _get(s, "agent_result") for s in result.get("step_results") or []]
+        dig(s, "agent_result") for s in result.get("step_results") or []]
     contexts: list[dict[str, Any]] = [c for c in found if isinstance(c, dict)]
 
     def total(key: str) -> Any:
@@ -146,8 +147,8 @@ def _usage(result: dict[str, Any]) -> tuple[int | None, int | None, float | None
 
 def _agent_timeout(result: dict[str, Any]) -> float | None:
     config = result.get("config") or {}
-    agent = _get(config, "agent") or {}
-    base = _number(agent.get("override_timeout_sec")) or _task_timeout(_get(config, "task", "path"))
+    agent = dig(config, "agent") or {}
+    base = _number(agent.get("override_timeout_sec")) or _task_timeout(dig(config, "task", "path"))
     if not base:
         return None
     cap = _number(agent.get("max_timeout_sec"))
@@ -163,12 +164,12 @@ def _task_timeout(task_path: Any) -> float | None:
         toml = tomllib.loads((Path(task_path) / "task.toml").read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError):
         return None
-    return _number(_get(toml, "agent", "timeout_sec"))
+    return _number(dig(toml, "agent", "timeout_sec"))
 
 
 def _ctrf(trial_dir: Path) -> tuple[int | None, int | None]:
-    summary = _get(_json(trial_dir / "verifier" / "ctrf.json"), "results", "summary")
-    passed, tests = _get(summary, "passed"), _get(summary, "tests")
+    summary = dig(read_json(trial_dir / "verifier" / "ctrf.json"), "results", "summary")
+    passed, tests = dig(summary, "passed"), dig(summary, "tests")
     if not isinstance(passed, int) or not isinstance(tests, int):
         return None, None
     return passed, tests
@@ -176,13 +177,13 @@ def _ctrf(trial_dir: Path) -> tuple[int | None, int | None]:
 
 # ---- the trajectory ------------------------------------------------------------------------
 
-def _trajectory(trial_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+def atif_trajectory(trial_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
     """The ATIF agent and steps of agent/trajectory.json, following continuation files."""
     path = trial_dir / "agent" / "trajectory.json"
     agent: Any = None
     steps: list[dict[str, Any]] = []
     seen: set[Path] = set()
-    while path not in seen and isinstance(data := _json(path), dict):
+    while path not in seen and isinstance(data := read_json(path), dict):
         seen.add(path)
         agent = agent or data.get("agent")
         steps += [s for s in data.get("steps") or [] if isinstance(s, dict) and not s.get("is_copied_context")]
@@ -195,7 +196,7 @@ def _trajectory(trial_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]] 
     return (agent if isinstance(agent, dict) else {}), steps
 
 
-def _text(content: Any) -> str:
+def message_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -209,22 +210,22 @@ def _error_lines(text: str) -> str:
 
 
 def _flagged(item: Any) -> bool:
-    extra = _get(item, "extra")
+    extra = dig(item, "extra")
     return isinstance(extra, dict) and any(bool(extra.get(k)) for k in ("error", "is_error"))
 
 
 def _results(step: dict[str, Any]) -> list[dict[str, Any]]:
-    return [r for r in _get(step, "observation", "results") or [] if isinstance(r, dict)]
+    return [r for r in dig(step, "observation", "results") or [] if isinstance(r, dict)]
 
 
 def _ended_with_error(last: dict[str, Any] | None) -> bool:
     if last is None:
         return False
-    return _flagged(last) or any(_flagged(r) or _error_lines(_text(r.get("content"))) for r in _results(last))
+    return _flagged(last) or any(_flagged(r) or _error_lines(message_text(r.get("content"))) for r in _results(last))
 
 
 def _repeated_tool_error(agent_steps: Iterable[dict[str, Any]]) -> bool:
-    tool_outputs = [_error_lines(_text(r.get("content"))) for s in agent_steps for r in _results(s)
+    tool_outputs = [_error_lines(message_text(r.get("content"))) for s in agent_steps for r in _results(s)
                     if r.get("source_call_id")]
     tail = tool_outputs[-REPEATS:]
     return len(tail) == REPEATS and bool(tail[0]) and all(t == tail[0] for t in tail)
@@ -255,14 +256,14 @@ def trial_facts(trial_dir: Path) -> dict[str, Any]:
 
 def _files(trial_dir: Path, result: dict[str, Any]) -> _Files:
     passed, total = _ctrf(trial_dir)
-    files = _Files(agent_duration_sec=_seconds(result.get("agent_execution")),
+    files = _Files(agent_duration_sec=phase_seconds(result.get("agent_execution")),
                    agent_timeout_sec=_agent_timeout(result), tests_passed=passed, tests_total=total)
-    trajectory = _trajectory(trial_dir)
+    trajectory = atif_trajectory(trial_dir)
     if trajectory is None:
         return files
     agent, steps = trajectory
     agent_steps = [s for s in steps if s.get("source") == "agent"]
-    configured = _get(result, "config", "agent", "model_name")
+    configured = dig(result, "config", "agent", "model_name")
     names = [s.get("model_name") or agent.get("model_name") for s in agent_steps]
     used = (any(isinstance(n, str) and _same_model(n, configured) for n in names)
             if isinstance(configured, str) else None)
@@ -294,18 +295,18 @@ def _harbor_trial(source: str, trial_dir: Path) -> TrialEvidence | None:
         return None
     exception = _exception(result)
     rewards = _rewards(result)
-    outcome = outcomes.classify(exception_type=_get(exception, "exception_type"),
-                                exception_message=_get(exception, "exception_message"),
+    outcome = outcomes.classify(exception_type=dig(exception, "exception_type"),
+                                exception_message=dig(exception, "exception_message"),
                                 rewards=rewards, private=False)
     tokens_in, tokens_out, cost = _usage(result)
-    model = _get(result, "agent_info", "model_info", "name")
+    model = dig(result, "agent_info", "model_info", "name")
     return TrialEvidence(
         source=source, trial_name=str(result.get("trial_name") or trial_dir.name),
         task_name=str(result.get("task_name") or trial_dir.name.split("__")[0]),
-        agent=str(_get(result, "agent_info", "name") or _get(result, "config", "agent", "name") or "unknown"),
+        agent=str(dig(result, "agent_info", "name") or dig(result, "config", "agent", "name") or "unknown"),
         model=model if isinstance(model, str) else None, attempt=0, reward=_reward(rewards),
-        errored=outcome.kind is outcomes.Kind.ERRORED, exception_type=_get(exception, "exception_type"),
-        started_at=_time(result.get("started_at")), finished_at=_time(result.get("finished_at")),
+        errored=outcome.kind is outcomes.Kind.ERRORED, exception_type=dig(exception, "exception_type"),
+        started_at=timestamp(result.get("started_at")), finished_at=timestamp(result.get("finished_at")),
         input_tokens=tokens_in, output_tokens=tokens_out, cost_usd=cost, trial_dir=str(trial_dir),
         **dataclasses.asdict(_files(trial_dir, result)))
 

@@ -127,11 +127,10 @@ def compare_cmd(
         baseline_name=base_name)
     results = found.by_candidate()
     if plot is not None:
-        from amber_pipeline.analysis import plots
+        from amber_pipeline.analysis import plot_rows, plots
 
-        rows = [plots.Row(name, r.difference_points or math.nan,
-                          *(math.nan if v is None else v for v in r.difference_ci95))
-                for name, r in results.items()]
+        rows = [plots.Row(name, r.difference_points or math.nan, plot_rows.num(r.difference_ci95[0]),
+                          plot_rows.num(r.difference_ci95[1])) for name, r in results.items()]
         plots.forest([], rows, plot, title=f"Candidate minus baseline ({base_name})", margin=margin_points,
                      difference_axis="difference in pass rate, points")
     if as_json:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from decimal import Decimal
 from typing import Annotated
 
@@ -13,6 +14,7 @@ from amber_pipeline.cli.context import Context
 from amber_pipeline.cli.jobs import follow, print_notice, print_quote
 from amber_pipeline.cli.money import print_wallet
 from amber_pipeline.cli.output import out
+from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import lifecycle
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.money import wallet
@@ -33,11 +35,41 @@ DEMO_CREDIT = Decimal(5)
 def ui(ctx: typer.Context,
        host: Annotated[str, typer.Option("--host", help="The address to serve on.")] = "127.0.0.1",
        port: Annotated[int, typer.Option("--port", help="The port to serve on.")] = 3000) -> None:
-    """Serve the Dagster UI and run its daemon on the embedded instance (Ctrl-C stops both)."""
+    """Serve Amber's web app and the Dagster UI, and run the daemon, on the embedded instance (Ctrl-C stops both)."""
     c = Context.of(ctx)
     c.host_only()
-    out.line(f"Amber UI: http://{host}:{port} (Ctrl-C stops it)")
+    if not _loopback(host):
+        raise AmberError(f"`amber ui` serves your own pages without sign-in, so only on this machine (not on "
+                         f"{host}): for others to reach Amber, run `amber serve --host {host}`, which asks each of "
+                         "them to sign in.")
+    url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+    out.line(f"Amber: {url}/ and the Dagster UI: {url}/ui (Ctrl-C stops them)")
     raise typer.Exit(embedded.run_ui(c.paths, host, port))
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+@app.command("view")
+def view(ctx: typer.Context, job: Annotated[str, typer.Argument(help="The Job whose cells to show.")],
+         host: Annotated[str, typer.Option("--host", help="The address to serve on.")] = "127.0.0.1",
+         port: Annotated[int, typer.Option("--port", help="The port to serve on.")] = 8080) -> None:
+    """Show a Job's Trials in Harbor's viewer, each cell as a Harbor job, read-only (Ctrl-C stops it)."""
+    import uvicorn
+
+    from amber_pipeline.jobs import harbor_view, records
+
+    c = Context.of(ctx)
+    c.host_only()
+    acting = c.acting(reads=True)
+    found = records.get_job(acting.wh, job, acting.workspace)
+    out.line(f"Harbor's viewer of {found.id}: http://{f'[{host}]' if ':' in host else host}:{port}/ "
+             "(read-only; Ctrl-C stops it)")
+    uvicorn.run(harbor_view.read_only_viewer(c.paths.runs / found.id), host=host, port=port, log_level="warning")
 
 
 @daemon_app.command("start")

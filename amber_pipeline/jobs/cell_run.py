@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from amber_pipeline import failpoints
 from amber_pipeline.agents.specs import agent_spec
-from amber_pipeline.jobs import lifecycle, placement, records, recovery
+from amber_pipeline.jobs import harbor_job, lifecycle, placement, records, recovery
 from amber_pipeline.jobs.cell_models import TranscriptCall
 from amber_pipeline.jobs.outcomes import Kind, ProviderSignal
 from amber_pipeline.jobs.static_run import run_static_cell
@@ -82,16 +82,21 @@ def _run_trials(wh: Warehouse, job_id: str, cell_key: str, on_trial_done: Callab
         for record in records:
             if on_trial_done is not None:
                 on_trial_done(record)
+        if folders:
+            harbor_job.write(run)
 
     def keep_going() -> bool:
         if run.pool is not None:
             run.pool.refresh()  # other cells' charges, and what `amber job continue` adds
         return lifecycle.is_running(wh, job_id)
 
-    if agent_spec(run.cell.agent).static:
+    folders = not agent_spec(run.cell.agent).static  # a static cell's Trials have no folders
+    if not folders:
         output = run_static_cell(run, on_batch=finished, keep_going=keep_going)
     else:
+        harbor_job.write(run)
         output = run_cell(run, on_trial_done=lambda record: finished([record]), keep_going=keep_going)
+        harbor_job.write(run, finished=True)
     order = {(t.name, a): i for i, (t, a) in enumerate(replace(run, done=frozenset()).todo())}
     every = sorted(kept + output.records, key=lambda r: order.get((r.task_name, r.attempt), len(order)))
     wh.write_parquet(trials_table(every), rows)  # in the order they were asked for; even none

@@ -150,6 +150,29 @@ def estimate(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, n
                     len(version.tasks), folder)
 
 
+@dataclass(frozen=True)
+class Priced:
+    """A request priced as its Quote reserves it, before anything is: the estimate, and its cells with a ceiling
+    of the user's own spread over them (`quotes.with_ceiling`)."""
+
+    estimate: Estimate
+    cells: list[quotes.CellQuote]
+
+    @property
+    def amount(self) -> Decimal:
+        """What making the Quote reserves: the estimate, or the user's ceiling above it."""
+        return sum((Decimal(c.total) for c in self.cells), Decimal(0))
+
+
+def price(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now: datetime | None = None,
+          prices: Prices = PRICES, validation: Validation | None = None) -> Priced:
+    """What a Quote of the request would reserve, per cell: the one pricing that `quote` reserves and a preview
+    shows. It reserves and records nothing (like every Quote, it first releases the Quotes past their hour); a
+    request a Quote would refuse is refused here in the same sentence, but for a Wallet too short."""
+    priced = estimate(wh, workspace, user, request, now=now, prices=prices, validation=validation)
+    return Priced(priced, quotes.with_ceiling(priced.quoted, request.ceiling_usd))
+
+
 def new_job_id() -> str:
     return f"job-{uuid.uuid4().hex[:10]}"
 
@@ -167,13 +190,14 @@ def quote(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now:
     if job_id is not None and (made := _quote_of(wh, workspace, job_id)) is not None:
         return made
     now = now or datetime.now(UTC)
-    priced = estimate(wh, workspace, user, request, now=now, prices=prices, validation=validation)
+    quoted = price(wh, workspace, user, request, now=now, prices=prices, validation=validation)
+    priced = quoted.estimate
     job_id = job_id or new_job_id()
     with _kept(priced) as keep, wh.write() as con:
         label = registry.record_folder(con, priced.folder, priced.owner) if priced.folder else priced.label
         if priced.folder:  # kept as the Version the folder became: the folder may be the server's spooled copy
             request = request.model_copy(update={"benchmark": label})
-        made = quotes.reserve(con, workspace, job_id, label, priced.quoted, now, request.ceiling_usd)
+        made = quotes.reserve(con, workspace, job_id, label, quoted.cells, now, request.ceiling_usd)
         con.execute("insert into jobs (id, workspace, submitted_by, benchmark_version_id, benchmark_owner, "
                     "trials_per_task, status, quote_id, created_at, request, purpose) "
                     "values (?, ?, ?, ?, ?, ?, 'quoted', ?, ?, ?, ?)",

@@ -396,7 +396,9 @@ def cell_quote(cell: Cell, estimates: Sequence[TaskEstimate], trials: dict[str, 
 
 def with_ceiling(cells: list[CellQuote], ceiling: float | Decimal | None) -> list[CellQuote]:
     """The cells with a ceiling of the user's own spread over them in proportion to their estimates (each
-    share rounded down to the micro-dollar, the rest to the largest cell), or a refusal below the estimate."""
+    share rounded down to the micro-dollar, the rest to the largest cell), or a refusal below the estimate.
+    Given its own result again it changes nothing, so cells priced with the ceiling (`lifecycle.price`) reserve
+    as priced."""
     estimate = sum((c.estimated for c in cells), Decimal(0))
     if ceiling is None:
         return cells

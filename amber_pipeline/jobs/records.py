@@ -6,9 +6,11 @@ Workspace is reported with exactly the sentence of one that does not exist.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 from amber_pipeline.benchmarks.registry import PUBLIC
@@ -16,9 +18,12 @@ from amber_pipeline.cells import NO_MODEL, cell_file_id, model_name
 from amber_pipeline.errors import AmberError, NotFound
 from amber_pipeline.jobs import cell_names
 from amber_pipeline.jobs.request import JobRequest
+from amber_pipeline.money import wallet
 from amber_pipeline.warehouse.catalog import Connection, Warehouse
 
 FINAL = ("completed", "cancelled", "ceiling_reached", "failed")
+FOLDER_NAME = re.compile(r"[A-Za-z0-9._@+-]{1,200}")
+FOLDER_UNSAFE = re.compile(r"[^A-Za-z0-9._@+-]")
 ACTIVE_CELL = ("pending", "running")
 
 
@@ -187,8 +192,22 @@ def cells_of_version(wh: Warehouse, benchmark_version_id: str) -> list[str]:
 
 
 def run_dir(wh: Warehouse, job_id: str, cell_key: str) -> Path:
-    """Where a cell's Trial folders go: Harbor's own layout, so `harbor view` reads them."""
-    return wh.paths.runs / job_id / cell_file_id(cell_key)
+    """Where a cell's Trial folders go: a Harbor job folder named for the cell (`cell_folder`), so Harbor's
+    viewer lists each cell of the Job by its name. A cell run before folders were named keeps its id's folder."""
+    by_id = wh.paths.runs / job_id / cell_file_id(cell_key)
+    if by_id.exists():
+        return by_id
+    return wh.paths.runs / job_id / cell_folder(cell_names.read(wh, [cell_key])[cell_key], cell_key)
+
+
+def cell_folder(name: str, cell_key: str) -> str:
+    """A cell's name as a folder name (`demo-bench@1__terminus-2__replay-strong`). Harbor's viewer puts it in
+    its pages' URLs unescaped, so a name with any other character than these gets the cell's id after it, which
+    keeps it unique."""
+    folder = name.replace("/", "__")
+    if FOLDER_NAME.fullmatch(folder) and not folder.startswith("."):
+        return folder
+    return f"{FOLDER_UNSAFE.sub('-', folder)[:80]}__{cell_file_id(cell_key)}"
 
 
 def trials_finished(wh: Warehouse, job_id: str) -> int:
@@ -201,8 +220,26 @@ def trials_finished(wh: Warehouse, job_id: str) -> int:
         if stored is not None:
             done += stored.num_rows
         else:
-            done += sum(1 for _ in (wh.paths.runs / job_id / file_id).glob("*/result.json"))
+            done += sum(1 for _ in run_dir(wh, job_id, cell.cell_key).glob("*/result.json"))
     return done
+
+
+@dataclass(frozen=True)
+class JobMoney:
+    """Who started a Job and what it has reserved, been charged and been refunded, over all its Quotes."""
+
+    started_by: str | None
+    reserved: Decimal
+    charged: Decimal
+    refunded: Decimal
+
+
+def job_money(wh: Warehouse, job_id: str) -> JobMoney:
+    with wh.read() as con:
+        reserved, charged, refunded = wallet.job_totals(con, job_id)
+        row = con.execute("select user_name from audit where job_id = ? and action = 'start' order by seq limit 1",
+                          [job_id]).fetchone()
+    return JobMoney(None if row is None else row[0], reserved, charged, refunded)
 
 
 # An Agent's own token count is compared with the proxy's only past this gap: tokenizers and rounding differ a little.

@@ -142,6 +142,7 @@ def sweep_sandboxes(wh: Warehouse) -> list[str]:
     if not left:
         return []
     with wh.read() as con:
-        active = {(job_id, cell_file_id(key)) for job_id, key in con.execute(
-            "select job_id, cell_key from job_cells where status in ('pending', 'running')").fetchall()}
+        running = con.execute("select job_id, cell_key from job_cells "
+                              "where status in ('pending', 'running')").fetchall()
+    active = {(job_id, records.run_dir(wh, job_id, key).name) for job_id, key in running}  # their folders' names
     return remove_sandboxes([c for owner, containers in left.items() if owner not in active for c in containers])

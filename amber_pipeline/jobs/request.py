@@ -13,6 +13,9 @@ those are known, in `lifecycle.quote`.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from amber_pipeline.agents.specs import AGENTS, DEFAULT_AGENT, agent_spec
@@ -46,25 +49,30 @@ class JobRequest(BaseModel):
 
     def check(self, paths: AmberPaths | None = None, workspace: str | None = None) -> list[ModelConfiguration]:
         """The request's Model Configurations, or one sentence refusing a request Amber cannot run (the
-        Benchmark is checked when it is read)."""
-        if self.ceiling_usd is not None:  # the float of a run config, held to the rule for typed amounts
-            parse_amount(as_text(self.ceiling_usd), "--ceiling")
-        if not MIN_TRIALS <= self.trials_per_task <= MAX_TRIALS:
-            raise AmberError(f"Trials per Task must be from {MIN_TRIALS} to {MAX_TRIALS}, not "
-                             f"{self.trials_per_task}: pick a number in that range.")
-        spec = agent_spec(self.agent)
-        if spec.needs_model and not self.model_configurations:
-            known = ", ".join(sorted(known_model_configurations(paths, workspace)))
-            raise AmberError(f"{self.agent} needs a Model Configuration: add --model NAME (known: {known}).")
-        if not spec.needs_model and self.model_configurations:
-            raise AmberError(f"{self.agent} calls no model: drop --model.")
-        mcs = [model_configuration(name, paths, workspace) for name in dict.fromkeys(self.model_configurations)]
-        for mc in mcs:
-            # A replay is a script, not a Provider's Model: it answers every Agent in that Agent's own protocol.
-            if spec.providers is not None and mc.provider not in spec.providers and not mc.is_replay:
-                raise AmberError(f"{self.agent} runs only with {' or '.join(sorted(spec.providers))} Model "
-                                 f"Configurations, and {mc.name} is {mc.provider}: pick another Agent or Model.")
-            require_key(mc)
+        Benchmark is checked when it is read). A refusal names the field it is about (`AmberError.field`), so
+        the Dagster launchpad can say which of its fields to fix."""
+        with _about("ceiling_usd"):
+            if self.ceiling_usd is not None:  # the float of a run config, held to the rule for typed amounts
+                parse_amount(as_text(self.ceiling_usd), "--ceiling")
+        with _about("trials_per_task"):
+            if not MIN_TRIALS <= self.trials_per_task <= MAX_TRIALS:
+                raise AmberError(f"Trials per Task must be from {MIN_TRIALS} to {MAX_TRIALS}, not "
+                                 f"{self.trials_per_task}: pick a number in that range.")
+        with _about("agent"):
+            spec = agent_spec(self.agent)
+        with _about("model_configurations"):
+            if spec.needs_model and not self.model_configurations:
+                known = ", ".join(sorted(known_model_configurations(paths, workspace)))
+                raise AmberError(f"{self.agent} needs a Model Configuration: add --model NAME (known: {known}).")
+            if not spec.needs_model and self.model_configurations:
+                raise AmberError(f"{self.agent} calls no model: drop --model.")
+            mcs = [model_configuration(name, paths, workspace) for name in dict.fromkeys(self.model_configurations)]
+            for mc in mcs:
+                # A replay is a script, not a Provider's Model: it answers every Agent in that Agent's own protocol.
+                if spec.providers is not None and mc.provider not in spec.providers and not mc.is_replay:
+                    raise AmberError(f"{self.agent} runs only with {' or '.join(sorted(spec.providers))} Model "
+                                     f"Configurations, and {mc.name} is {mc.provider}: pick another Agent or Model.")
+                require_key(mc)
         return mcs
 
     def cells(self, version: BenchmarkVersion, mcs: list[ModelConfiguration]) -> list[Cell]:
@@ -77,3 +85,14 @@ class JobRequest(BaseModel):
             cells += [c for c in (Cell(version.id, b, agent_spec(b).spec_id, NO_MODEL) for b in BOUNDS)
                       if c not in cells]
         return cells
+
+
+@contextlib.contextmanager
+def _about(field: str) -> Iterator[None]:
+    """A refusal raised in the block is about `field` (unless it already names one)."""
+    try:
+        yield
+    except AmberError as refusal:
+        if refusal.field is None:
+            refusal.field = field
+        raise

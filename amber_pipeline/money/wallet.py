@@ -135,12 +135,19 @@ def reserve(con: Connection, workspace: str, quote_id: str, job_id: str, amount:
     lock_workspace(con, workspace)
     if con.execute("select 1 from ledger where entry_key = ?", [f"reservation:{quote_id}"]).fetchone():
         return
-    available = state(con, workspace).available
-    if amount > available:
-        raise AmberError(f"Workspace {workspace} has {show(available)} available but this Quote needs "
-                         f"{show(amount)}: {show(amount - available)} is missing; ask Amber staff for a Credit.")
+    missing = shortfall(workspace, state(con, workspace).available, amount)
+    if missing is not None:
+        raise AmberError(missing)
     _append(con, workspace=workspace, kind="reservation", amount=amount, reason="Quote", quote_id=quote_id,
             job_id=job_id, entry_key=f"reservation:{quote_id}", at=at)
+
+
+def shortfall(workspace: str, available: Decimal, amount: Decimal) -> str | None:
+    """The sentence refusing a Quote of ``amount`` when the Wallet has only ``available``; None when it fits."""
+    if amount <= available:
+        return None
+    return (f"Workspace {workspace} has {show(available)} available but this Quote needs {show(amount)}: "
+            f"{show(amount - available)} is missing; ask Amber staff for a Credit.")
 
 
 @dataclass(frozen=True)

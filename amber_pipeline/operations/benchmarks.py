@@ -13,8 +13,8 @@ from pydantic import BaseModel, Field
 from amber_pipeline.accounts import workspaces
 from amber_pipeline.accounts.identity import SIGNED_IN
 from amber_pipeline.analysis import task_review
-from amber_pipeline.benchmarks import external, registry, uploads
-from amber_pipeline.errors import AmberError, Forbidden
+from amber_pipeline.benchmarks import external, registry, task_files, uploads
+from amber_pipeline.errors import AmberError, Forbidden, NotFound
 from amber_pipeline.jobs import validation
 from amber_pipeline.jobs.quotes import Quote
 from amber_pipeline.jobs.records import Job
@@ -139,6 +139,59 @@ def benchmark_show(acting: Acting, params: VersionRef) -> VersionShown:
     tasks = [TaskRow(name=t.name, static=t.static is not None, agent_timeout_sec=t.agent_timeout_sec)
              for t in version.tasks]
     return VersionShown(workspace=acting.workspace, listed=found, tasks=tasks)
+
+
+class TaskRef(BaseModel):
+    ref: str = Field(description="A Benchmark Version's label or id, or an upload's id (upl-...).")
+    task: str = Field(description="The Task's name.")
+
+
+class TaskShown(BaseModel):
+    """One Task of a Benchmark Version (or of an upload's Tasks that passed their checks): its Instruction and
+    files, bounded (`benchmarks/task_files.py`)."""
+
+    workspace: str
+    ref: str  # as asked
+    label: str  # the Version's label, or the upload's id
+    name: str
+    static: bool
+    agent_timeout_sec: float | None
+    verifier_timeout_sec: float | None
+    instruction: str
+    instruction_clipped: bool  # the Instruction is longer than shown
+    files: list[task_files.TaskFile]  # sorted by path, at most `task_files.MAX_LISTED`
+    n_files: int  # all of them
+    total_bytes: int
+
+
+@operation("GET", "/benchmarks/{ref}/tasks/{task}")
+def benchmark_task(acting: Acting, params: TaskRef) -> TaskShown:
+    """One Task of a Benchmark Version or upload: its Instruction and its files, with the text of the small ones.
+
+    An upload shows the Tasks that passed their checks (those it stored); another Workspace's Version or upload
+    answers as a missing one does.
+    """
+    if params.ref.startswith("upl-"):
+        found = uploads.get(acting.wh, acting.workspace, params.ref)
+        if found.status == "expired":
+            raise AmberError(f"The Tasks of upload {found.id} were deleted after its retention period: upload the "
+                             "archive again.")
+        if found.benchmark_version_id is None:
+            raise NotFound(f"No Task {params.task} in upload {found.id}: none of its Tasks passed its checks.")
+        version, label = registry.version(acting.wh, found.benchmark_version_id, acting.workspace), found.id
+    else:
+        listed = registry.lookup(acting.wh, params.ref, acting.workspace)
+        version, label = registry.version(acting.wh, listed.id, listed.owner), listed.label
+    task = next((t for t in version.tasks if t.name == params.task), None)
+    if task is None:
+        raise NotFound(f"No Task {params.task} in {label}: its Tasks are listed by `amber benchmark show {label}`.")
+    listed_files = task_files.read(version.task_path(task))
+    instruction, clipped = task_files.instruction(task.instruction)
+    return TaskShown(workspace=acting.workspace, ref=params.ref, label=label, name=task.name,
+                     static=task.static is not None, agent_timeout_sec=task.agent_timeout_sec,
+                     verifier_timeout_sec=task.verifier_timeout_sec, instruction=instruction,
+                     instruction_clipped=clipped, files=listed_files.files, n_files=listed_files.n_files,
+                     total_bytes=listed_files.total_bytes)
 
 
 class ImportRequest(BaseModel):

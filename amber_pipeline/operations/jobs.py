@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -13,7 +15,8 @@ from pydantic import BaseModel, Field
 from amber_pipeline import embedded, worker_socket
 from amber_pipeline.accounts.identity import SIGNED_IN
 from amber_pipeline.agents.specs import agent_spec
-from amber_pipeline.analysis import report, sources
+from amber_pipeline.analysis import plan, report, sources
+from amber_pipeline.analysis.memo import Memo
 from amber_pipeline.analysis.report import MeteringDisagreement, MissingTasks, RoundReport
 from amber_pipeline.benchmarks import registry
 from amber_pipeline.benchmarks.intake.archive import unpack
@@ -22,7 +25,8 @@ from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import lifecycle, quotes, records, recovery
 from amber_pipeline.jobs.quotes import Quote
 from amber_pipeline.jobs.request import JobRequest
-from amber_pipeline.money.amounts import Amount, Ceiling, as_text
+from amber_pipeline.money import wallet
+from amber_pipeline.money.amounts import Amount, Ceiling, as_text, parse_amount
 from amber_pipeline.operations.operation import Acting, operation
 from amber_pipeline.sandbox import docker_engine
 from amber_pipeline.warehouse.catalog import Warehouse
@@ -51,6 +55,10 @@ class Progress(BaseModel):
     finished: int  # Trials with a result so far
     total: int
     notice: str | None = None  # a sentence the user should read: no daemon runs the Job's cells
+    started_by: str | None = None  # the user who started it (None: not started, or started before the audit log)
+    reserved_usd: Decimal = Decimal(0)  # over all its Quotes
+    charged_usd: Decimal = Decimal(0)
+    refunded_usd: Decimal = Decimal(0)
 
     @property
     def settled(self) -> bool:
@@ -90,6 +98,7 @@ def launch(wh: Warehouse, job_id: str) -> str | None:
 
 
 FOLDER_SUFFIX = ".tar.gz"
+REPORTS: Memo[RoundReport] = Memo(16)  # an unchanged Job's report (its bootstrap), computed once per process
 
 
 class QuoteRequest(JobRequest):
@@ -98,6 +107,9 @@ class QuoteRequest(JobRequest):
                           "\"12.50\".")
     folder: str | None = Field(None, description="When `benchmark` names a folder of Tasks: the folder, sent as "
                                                  "the request's file: NAME.tar.gz holding the folder NAME.")
+    at_most: Amount | None = Field(None, description="The amount you were shown and agreed to (a preview's): a "
+                                                     "Quote that would now reserve more is refused, reserving "
+                                                     "nothing. A plain decimal string, like \"12.50\".")
 
     @classmethod
     def of(cls, request: JobRequest, folder: str | None = None) -> QuoteRequest:
@@ -115,7 +127,7 @@ def job_quote(acting: Acting, params: QuoteRequest) -> Quote:
     upload's archive.
     """
     with _read(params) as request:
-        return lifecycle.quote(acting.wh, acting.workspace, acting.actor.user, request)
+        return lifecycle.quote(acting.wh, acting.workspace, acting.actor.user, request, at_most=_at_most(params))
 
 
 @operation("POST", "/quotes/{quote_id}/start")
@@ -133,8 +145,53 @@ def job_submit(acting: Acting, params: QuoteRequest) -> Started:
     params.check(acting.wh.paths, acting.workspace)  # a request that cannot run is the first thing to say
     require_docker(params)
     with _read(params) as request:
-        made, job = lifecycle.submit(acting.wh, acting.workspace, acting.actor.user, request)
+        made, job = lifecycle.submit(acting.wh, acting.workspace, acting.actor.user, request,
+                                     at_most=_at_most(params))
     return Started(job=job, quote=made, notice=launch(acting.wh, job.id))
+
+
+class Preview(BaseModel):
+    """What a Quote of the request would reserve, priced now as `job_quote` prices it; nothing is reserved and no
+    Quote or Job is recorded."""
+
+    workspace: str
+    benchmark_label: str  # a folder's Tasks: the label they would get
+    n_tasks: int
+    trials_per_task: int
+    cells: list[quotes.CellQuote]  # each cell's price per Trial, total and the sources of its estimate
+    estimate: Decimal
+    amount: Decimal  # what confirming reserves: the estimate, or a ceiling of your own above it
+    available: Decimal  # what the Wallet has available now
+    shortfall: str | None = Field(description="The sentence a Quote would be refused with now, the Wallet too "
+                                              "short for it; null when it fits.")
+    detectable_change_points: float | None = Field(description="The smallest change, in points, the Job detects "
+                                                               "with 80% power against a round on other Tasks; "
+                                                               "null when it detects none.")
+    detectable_change: str  # that, in the sentence a Quote prints
+
+
+@operation("POST", "/quotes/preview", uploads=("folder",))
+def job_preview(acting: Acting, params: QuoteRequest) -> Preview:
+    """Price a Job as its Quote would, per cell, without reserving anything or recording a Quote.
+
+    The same checks as a Quote refuse a request that cannot run, in the same sentences; a Wallet too short is
+    not refused but said (`shortfall`), since the price is what a user needs to ask for a Credit. Confirm with
+    `job_submit` (or `job_quote`) giving `at_most` the amount shown.
+    """
+    with _read(params) as request:
+        priced = lifecycle.price(acting.wh, acting.workspace, acting.actor.user, request)
+    available = wallet.read(acting.wh, acting.workspace)[0].available
+    points = plan.quote_detectable_change(priced.estimate.n_tasks) if priced.estimate.n_tasks else math.nan
+    return Preview(workspace=acting.workspace, benchmark_label=priced.estimate.label,
+                   n_tasks=priced.estimate.n_tasks, trials_per_task=request.trials_per_task, cells=priced.cells,
+                   estimate=priced.estimate.total, amount=priced.amount, available=available,
+                   shortfall=wallet.shortfall(acting.workspace, available, priced.amount),
+                   detectable_change_points=None if math.isnan(points) else points,
+                   detectable_change=plan.detectable_change_sentence(priced.estimate.n_tasks))
+
+
+def _at_most(params: QuoteRequest) -> Decimal | None:
+    return None if params.at_most is None else parse_amount(params.at_most, "--amount")
 
 
 @contextlib.contextmanager
@@ -142,7 +199,7 @@ def _read(params: QuoteRequest) -> Iterator[JobRequest]:
     """The Job request, its Benchmark a label or a folder: on this machine as named, through the API the folder
     the request brought (unpacked for the call, under the checks of an upload's archive). A signed-in user never
     names a path of the server's."""
-    request = JobRequest.model_validate(params.model_dump(exclude={"folder"}))
+    request = JobRequest.model_validate(params.model_dump(exclude={"folder", "at_most"}))
     if params.folder is None:
         if SIGNED_IN.get() is not None and not registry.is_label(request.benchmark):
             raise no_benchmark(request.benchmark)
@@ -224,8 +281,11 @@ def _progress(acting: Acting, job: records.Job) -> Progress:
     notices = [NO_DAEMON] if job.status == "running" and embedded.daemon_pid(acting.wh.paths) is None else []
     notices += [f"Cell {cell}: its run's process is gone; the daemon resumes the run (its stored Trials kept), or "
                 "ends the cell if it cannot." for cell in recovery.dead_cells(acting.wh, job.id)]
+    money = records.job_money(acting.wh, job.id)
     return Progress(job=job, cells=cells, finished=records.trials_finished(acting.wh, job.id),
-                    total=sum(c.n_trials for c in cells), notice=" ".join(notices) or None)
+                    total=sum(c.n_trials for c in cells), notice=" ".join(notices) or None,
+                    started_by=money.started_by, reserved_usd=money.reserved, charged_usd=money.charged,
+                    refunded_usd=money.refunded)
 
 
 @operation("GET", "/jobs/{job_id}/results")
@@ -234,9 +294,11 @@ def job_results(acting: Acting, params: JobRef) -> Results:
     stopped early (ceiling_reached or cancelled), also the Tasks it left without a scored Trial."""
     job = records.get_job(acting.wh, params.job_id, acting.workspace)
     record = job_record(acting, job.id)
+    key = (acting.wh.paths.home, acting.workspace, job.id, sources.job_files(acting.wh, job.id),
+           None if record.missing_tasks is None else tuple(m.model_dump_json() for m in record.missing_tasks))
     try:
-        found = report.build_report(sources.load(acting.wh, acting.workspace, job.id),
-                                    missing_tasks=record.missing_tasks)
+        found = REPORTS.get(key, lambda: report.build_report(sources.load(acting.wh, acting.workspace, job.id),
+                                                             missing_tasks=record.missing_tasks))
     except sources.NoTrials:
         found = None
     return Results(job=job, report=found, missing_tasks=record.missing_tasks,

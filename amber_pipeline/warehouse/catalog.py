@@ -15,6 +15,7 @@ file or none; readers query them through an in-memory DuckDB.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import fcntl
 import hashlib
 from collections.abc import Collection, Iterator, Sequence
@@ -161,6 +162,9 @@ class Warehouse:
             self._postgres = PostgresCatalog(location, CATALOG_DDL)
         self._catalog = Path(location)
         self._storage = storage.Location.configured()  # opened at first use: S3 is asked whether it answers
+        # the connection `reading` shares among the reads of its block, in its thread and context only
+        self._shared: contextvars.ContextVar[duckdb.DuckDBPyConnection | None] = contextvars.ContextVar(
+            f"amber_shared_read_{id(self)}", default=None)
 
     # ---- catalog -------------------------------------------------------------
 
@@ -177,6 +181,8 @@ class Warehouse:
             with self._postgres.write(workspace, job) as pg:
                 yield pg
             return
+        if self._shared.get() is not None:  # its own shared lock would make it wait forever
+            raise RuntimeError("A catalog write inside `Warehouse.reading()`: that block may only read.")
         with locked(self._lock_path, fcntl.LOCK_EX):
             con = duckdb.connect(str(self._catalog))
             try:
@@ -200,6 +206,11 @@ class Warehouse:
             with self._postgres.read() as pg:
                 yield pg
             return
+        shared = self._shared.get()
+        if shared is not None:
+            with contextlib.closing(shared.cursor()) as cursor:  # its own results: a read never ends another's
+                yield cursor
+            return
         catalog = self._catalog
         if not catalog.exists() or (catalog, catalog.stat().st_ino) not in _schema_ready:
             with self.write():  # a reader of a catalog made by an older Amber needs its new views and columns too
@@ -210,6 +221,22 @@ class Warehouse:
                 yield con
             finally:
                 con.close()
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """Every `read` of the block, in this thread, on one read-only connection to the DuckDB catalog, opened once:
+        a page that reads the catalog a dozen times pays for one connection, not twelve, and sees one state of it.
+        Only for a block that never writes (a write inside it is refused rather than left waiting for the block's
+        own shared lock). On PostgreSQL each read keeps its own snapshot."""
+        if self._postgres is not None or self._shared.get() is not None:
+            yield
+            return
+        with self.read() as con:
+            token = self._shared.set(con)  # type: ignore[arg-type]  # a DuckDB connection here
+            try:
+                yield
+            finally:
+                self._shared.reset(token)
 
     @contextlib.contextmanager
     def attached(self, con: duckdb.DuckDBPyConnection, tables: Collection[str],

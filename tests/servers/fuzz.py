@@ -116,7 +116,8 @@ def populate(wh: Warehouse) -> World:
         real={"workspace": {ws: "fuzz-absent-ws"},
               "job_id": {finished.job_id: twin(finished.job_id), quoted.job_id: twin(quoted.job_id)},
               "quote_id": {quoted.id: twin(quoted.id)}, "upload_id": {upload.id: twin(upload.id)},
-              "ref": {finished.benchmark_label: "absent-bench@1"},
+              "ref": {finished.benchmark_label: "absent-bench@1"}, "task": {"capital-city": "absent-task"},
+              "trial": {"capital-city__1": "absent-task__1"},
               "name": {"fuzz-model": "fuzz-absent", ws: "fuzz-absent-ws"},  # a model's, a Workspace's
               "token_id": {spare: twin(spare)}})
 

@@ -1,0 +1,75 @@
+"""New Job: pick a Benchmark Version, an Agent, Model Configurations and Trials per Task; see the Quote priced
+per cell (`job_preview`: nothing is reserved, no Quote is recorded); Confirm makes the Quote and starts the Job
+(`job_submit`, refused above the amount shown) and goes to the Job's page. Money moves only on Confirm. A
+refusal is shown as its one sentence above the form, which keeps what was filled in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from amber_pipeline.agents.specs import AGENTS, DEFAULT_AGENT
+from amber_pipeline.errors import AmberError
+from amber_pipeline.jobs.request import MAX_TRIALS, MIN_TRIALS
+from amber_pipeline.user_text import quoted
+from web.render import Page
+from web.viewer import Viewer
+from web.webapp import ws_url
+
+
+@dataclass
+class Filled:
+    """What the form holds: as sent back, or a first visit's defaults."""
+
+    benchmark: str = ""
+    agent: str = DEFAULT_AGENT
+    models: list[str] = field(default_factory=list)
+    trials: str = "1"
+    bounds: bool = False
+
+    @classmethod
+    def of(cls, form: FormData) -> Filled:
+        return cls(benchmark=str(form.get("benchmark") or ""), agent=str(form.get("agent") or DEFAULT_AGENT),
+                   models=[str(m) for m in form.getlist("model_configurations")],
+                   trials=str(form.get("trials_per_task") or "1"), bounds=form.get("bounds") == "on")
+
+    def request(self) -> dict[str, Any]:
+        """The fields of a Job request (`QuoteRequest`), or one sentence refusing what cannot be one."""
+        if not self.benchmark:
+            raise AmberError("Pick a Benchmark Version to run.")
+        if not (self.trials.isascii() and self.trials.isdigit()):
+            raise AmberError(f"Trials per Task must be a whole number from {MIN_TRIALS} to {MAX_TRIALS}, not "
+                             f"{quoted(self.trials)}: pick a number in that range.")
+        return {"benchmark": self.benchmark, "agent": self.agent, "model_configurations": self.models,
+                "trials_per_task": int(self.trials), "bounds": self.bounds}
+
+
+def new_job(request: Request, viewer: Viewer, form: FormData | None) -> Page | Response:
+    workspace = request.path_params["workspace"]
+    listing = viewer.run("benchmark_list", workspace)  # first: a Workspace not theirs reads as missing
+    models = viewer.run("model_list", workspace).models
+    filled = Filled(benchmark=request.query_params.get("benchmark", "")) if form is None else Filled.of(form)
+    preview, problem, status = None, "", 200
+    if form is not None:
+        try:
+            fields = filled.request()
+            if form.get("action") == "confirm":
+                shown = str(form.get("at_most") or "")
+                if not shown:
+                    raise AmberError("Confirm a Quote you have seen: press See the Quote first.")
+                started = viewer.run("job_submit", workspace, **fields, at_most=shown)
+                return RedirectResponse(ws_url(workspace, "jobs", started.job.id), status_code=303)
+            preview = viewer.run("job_preview", workspace, **fields)
+        except AmberError as refused:
+            problem, status = str(refused), 400
+    return Page("new_job.html", {
+        "versions": listing.versions, "agents": list(AGENTS.values()), "models": models, "filled": filled,
+        "preview": preview, "problem": problem, "min_trials": MIN_TRIALS, "max_trials": MAX_TRIALS,
+    }, status, "New Job")
+
+
+ROUTES = [("/w/{workspace}/new", new_job, ["GET", "POST"])]
