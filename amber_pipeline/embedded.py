@@ -23,8 +23,6 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import yaml
-
 from amber_pipeline import settings, worker_socket
 from amber_pipeline.errors import AmberError
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
@@ -57,6 +55,8 @@ def write_instance_config(path: Path) -> None:
     if settings.sandbox_hosts_file() is None:
         shutil.copyfile(source, path)
         return
+    import yaml  # only for engine pools: a plain instance's file is copied
+
     config = yaml.safe_load(source.read_text()) or {}
     runs = config.setdefault("concurrency", {}).setdefault("runs", {})
     pools = engines.pools()

@@ -19,3 +19,7 @@ class NotFound(AmberError):
 
 class Forbidden(AmberError):
     """The user is known but their role does not allow this (staff only, operators only): the API's 403."""
+
+
+class SignInRefused(AmberError):
+    """No valid token: the API's 401."""

@@ -16,6 +16,7 @@ can delete one folder to start over:
       benchmarks/<hash>/           immutable copies of Benchmark Versions
       uploads/                     archives being unpacked and checked (nothing stays after the check)
       cache/git/                   clones of the Harbor registry's git repositories, and the Tasks taken from them
+      cache/summaries/             what reading Benchmark Versions found (their Tasks, hashes, image tags), for Quotes
       models/<workspace>/          a Workspace's own Model Configurations (TOML)
       runs/<job>/<cell>/           Harbor trial folders (readable by `harbor view`)
       dagster/                     DAGSTER_HOME of the embedded instance

@@ -8,11 +8,13 @@ it runs that Job's Trials of the cell, then scores every cell of the Benchmark
 Version and compares them, and only then marks the cell done.
 """
 
-from collections.abc import Collection, Mapping
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
 
 import dagster as dg
 
 from amber_pipeline.jobs import cell_names, cell_run
+from amber_pipeline.warehouse.schemas import TrialRecord
 from assets import metadata_tables
 from assets.resources import WarehouseResource
 
@@ -32,17 +34,31 @@ def trials(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> d
     if not job_id:
         raise dg.Failure("This cell run names no Job: submit Jobs with `amber job submit` or the submit_job job.")
     wh = warehouse.get()
-
-    def progress(record) -> None:
-        outcome = "Errored" if record.errored else f"Reward {record.reward}"
-        context.log.info(f"Trial {record.trial_name}: {outcome} in {record.duration_sec:.1f} s")
-
     records = cell_run.run_trials(wh, job_id, cell_names.key_of(wh, context.partition_key),
-                                  on_trial_done=progress)
+                                  on_trials_done=lambda done: context.log.info(trials_line(done)))
     errored = sum(r.errored for r in records)
     return dg.MaterializeResult(metadata={
         "job": job_id, "trials": len(records), "errored": errored,
         "cost_usd": round(sum(r.cost_usd for r in records), 6)})
+
+
+def trials_line(records: Sequence[TrialRecord]) -> str:
+    """The run's log line for Trials stored together: a container's Trial has a line of its own; a static cell's
+    batch (hundreds a second) is summed up on one, since each line is a row written to the run's event log, which
+    costs more than a static Trial."""
+    if len(records) == 1:
+        (r,) = records
+        return f"Trial {r.trial_name}: {_outcome(r)} in {r.duration_sec:.1f} s"
+    if not records:
+        return "No Trial was stored."
+    counts = Counter(_outcome(r) for r in records)
+    mean = sum(r.duration_sec for r in records) / len(records)
+    return (f"{len(records)} Trials, {records[0].trial_name} to {records[-1].trial_name}: "
+            + ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())) + f"; {mean:.1f} s each on average")
+
+
+def _outcome(record: TrialRecord) -> str:
+    return "Errored" if record.errored else f"Reward {record.reward}"
 
 
 NO_JOB = ("trials runs the Trials of a Job, so only that Job's cell runs materialize it: quote a Job with "

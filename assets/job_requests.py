@@ -10,9 +10,12 @@ an id, its Job's (job-...), and reserves and writes nothing. `continue_job` (a J
 shows what going on with the Job past its ceiling would reserve, under a Quote id of its own (quote-...).
 
 `start_quote`, launched with that id by the same user within the hour, confirms it: it reserves the Quote from
-the Workspace's Wallet and starts the Job (or runs its missing Trials) exactly as `amber job submit` or `amber
-job continue` do, refuses a Quote that has risen above the amount shown, tags its run with the Job, and asks for
-the cell runs as the CLI does (`worker_socket.start_cell_runs`).
+the Workspace's Wallet and starts the Job (or runs its missing Trials) as `amber job submit` or `amber job
+continue` do, tags its run with the Job, and asks for the cell runs as the CLI does
+(`worker_socket.start_cell_runs`). A new Job's Quote is the one submit_job showed, each cell's price reserved as
+shown and not priced again (`lifecycle.quote` given ``shown``: every check that can refuse runs again, and a
+Benchmark folder whose Tasks changed since is refused); a continuation is priced again and refused above the
+amount shown. Each run records how many times it priced the request (`pricings` in its output's metadata).
 
 Who acts: behind `amber serve`, the user signed in to /ui (`accounts/launches.py`: the sign-in gate gives each run
 it launches a launch id only it issues, which the run claims); a Workspace that user is not a member of is
@@ -64,6 +67,15 @@ class Shown(BaseModel):
     shown_at: datetime
     request: JobRequest | None = None  # submit_job's Job request
     amount: str | None = None  # continue_job's amount, as typed
+    # submit_job's pricing, which start_quote reserves as shown (None: shown before Quotes were kept so)
+    benchmark_version_id: str | None = None
+    cells: list[quotes.CellQuote] | None = None
+
+    def as_priced(self) -> lifecycle.ShownQuote | None:
+        """The Quote as priced, for `lifecycle.quote` to make as shown; None for a continuation (priced again)."""
+        if self.benchmark_version_id is None or self.cells is None:
+            return None
+        return lifecycle.ShownQuote(self.id, self.benchmark_version_id, self.cells, self.shown_at)
 
     def next_step(self) -> str:
         what = "start the Job" if self.job_name == SUBMIT_JOB else f"run Job {self.job_id}'s missing Trials"
@@ -155,18 +167,21 @@ def quote_job(context: dg.OpExecutionContext, config: SubmitJobConfig, warehouse
     wh = warehouse.get()
     with _refused_in_one_sentence():
         request = config.request(wh.paths)
-    with _acting(context, wh, config.workspace) as acting:
+    with _acting(context, wh, config.workspace) as acting, lifecycle.pricings() as priced_times:
         quoted = lifecycle.price(wh, acting.workspace, acting.actor.user, request)  # what starting it reserves
     priced = quoted.estimate
     # The Job's id names the Quote until start_quote makes the Job under it (once, however often it is asked).
     job_id = lifecycle.new_job_id()
+    as_priced = quoted.shown(job_id)
     shown = Shown(id=job_id, job_name=SUBMIT_JOB, user=acting.actor.user, workspace=acting.workspace, job_id=job_id,
-                  reserves=quoted.amount, shown_at=datetime.now(UTC), request=request)
+                  reserves=quoted.amount, shown_at=as_priced.shown_at, request=request,
+                  benchmark_version_id=as_priced.benchmark_version_id, cells=as_priced.cells)
     context.instance.add_run_tags(context.run_id, {JOB_TAG: job_id})
     detectable = detectable_change_sentence(priced.n_tasks)
     context.log.info(f"Quote for {priced.label}: {show(priced.total)} over {len(priced.cells)} cells. {detectable}")
     return _show(context, shown, {
         "benchmark": priced.label, "estimate_usd": show(priced.total), "detectable_change": detectable,
+        "pricings": priced_times(),
         "cells": dg.MetadataValue.table([dg.TableRecord({
             "cell": c.label, "tasks": c.n_tasks, "trials_per_task": c.trials_per_task,
             "per_trial_usd": show(Decimal(c.cost_per_trial)), "estimate_usd": show(c.estimated), "basis": c.basis})
@@ -195,14 +210,14 @@ class ContinueJobConfig(dg.Config):
 def quote_continuation(context: dg.OpExecutionContext, config: ContinueJobConfig,
                        warehouse: WarehouseResource) -> dg.Output:
     wh = warehouse.get()
-    with _acting(context, wh, config.workspace) as acting:
+    with _acting(context, wh, config.workspace) as acting, lifecycle.pricings() as priced_times:
         priced = lifecycle.price_continuation(wh, acting.workspace, config.job_id, config.amount)
     shown = Shown(id=quotes.new_quote_id(), job_name=CONTINUE_JOB, user=acting.actor.user, workspace=acting.workspace,
                   job_id=priced.job.id, reserves=priced.amount, shown_at=datetime.now(UTC), amount=config.amount)
     context.instance.add_run_tags(context.run_id, {JOB_TAG: shown.job_id, QUOTE_TAG: shown.id})
     return _show(context, shown, {
         "job": priced.job.id, "benchmark": priced.job.benchmark_label, "estimate_usd": show(priced.estimate),
-        "pool_left_usd": show(priced.left),
+        "pool_left_usd": show(priced.left), "pricings": priced_times(),
         "cells": dg.MetadataValue.table([dg.TableRecord({
             "cell": m.route, "tasks": len(m.tasks), "trials": sum(t.trials for t in m.tasks),
             "estimate_usd": show(m.cost_usd)}) for m in priced.missing], schema=MISSING_COLUMNS)})
@@ -245,7 +260,7 @@ def confirm_quote(context: dg.OpExecutionContext, config: StartQuoteConfig, ware
     wh = warehouse.get()
     with _refused_in_one_sentence():
         shown = _shown(context.instance, config.quote_id)
-    with _acting(context, wh, shown.workspace) as acting:
+    with _acting(context, wh, shown.workspace) as acting, lifecycle.pricings() as priced_times:
         user = acting.actor.user
         if user != shown.user:
             raise AmberError(f"Quote {shown.id} was shown to {shown.user}, not to {user}: launch "
@@ -254,7 +269,9 @@ def confirm_quote(context: dg.OpExecutionContext, config: StartQuoteConfig, ware
         # makes the same Job or continuation, not a second one; its tags put it among the Job's runs.
         context.instance.add_run_tags(context.run_id, {JOB_TAG: shown.job_id} | (
             {QUOTE_TAG: shown.id} if shown.job_name == CONTINUE_JOB else {}))
-        if shown.request is not None:
+        if shown.request is not None and (as_priced := shown.as_priced()) is not None:
+            made, _ = lifecycle.submit(wh, acting.workspace, user, shown.request, shown=as_priced)
+        elif shown.request is not None:
             made, _ = lifecycle.submit(wh, acting.workspace, user, shown.request, job_id=shown.id,
                                        at_most=shown.reserves)
         else:
@@ -262,7 +279,7 @@ def confirm_quote(context: dg.OpExecutionContext, config: StartQuoteConfig, ware
                                           at_most=shown.reserves)
     worker_socket.start_cell_runs(wh.paths, made.job_id)  # now, not at the sensor's next tick
     context.add_output_metadata({"job": made.job_id, "benchmark": made.benchmark_label, "quote": made.id,
-                                 "reserved_usd": show(made.amount), "by": user})
+                                 "reserved_usd": show(made.amount), "by": user, "pricings": priced_times()})
     context.log.info(f"{user} reserved {show(made.amount)} for {made.job_id} ({made.id}); its cell runs start "
                      "now")
     return made.job_id

@@ -1,12 +1,19 @@
 """API load: concurrent clients making Quotes and reading results against one hosted server, on loopback.
 
-Measures (`FIGURE api_requests_per_s`, `FIGURE api_p99_ms`) what one `python -m server` process (the app
-`amber serve` runs) answers when 20 clients, each a thread with its own HTTP connection and its own user's
-token, alternate for 60 s between the two requests a user makes most: a Quote (POST .../quotes, by label,
-`trials_per_task` 1: a catalog write that reserves money) and a Job's results (GET .../jobs/{id}/results: a
-read of Trial Parquet through DuckDB, the report with its cells). Half the clients start with each, so the mix
-is even throughout. The rate is every request answered over the wall time from the start to the last answer;
-the p99 is over every request's latency, both kinds.
+Measures what one `python -m server` process (the app `amber serve` runs) answers when 20 clients, each a thread
+with its own HTTP connection and its own user's token, alternate for 60 s between the two requests a user makes
+most: a Quote (POST .../quotes, by label, `trials_per_task` 1: a catalog write that reserves money) and a Job's
+results (GET .../jobs/{id}/results: a read of Trial Parquet through DuckDB, the report with its cells). Half the
+clients start with each, so the mix is even throughout. The rate is every request answered over the wall time
+from the start to the last answer; the p99 is over every request's latency, both kinds.
+
+It runs twice, each time from scratch: on the PostgreSQL catalog a hosted Amber uses (`AMBER_CATALOG_URL`, a
+database of a server the bench starts as the tests start theirs, `tests/servers/postgres.py`), whose figures are
+`FIGURE api_requests_per_s` and `FIGURE api_p99_ms`; then on the DuckDB default under AMBER_HOME,
+`FIGURE api_requests_per_s_duckdb` and `FIGURE api_p99_ms_duckdb`. DuckDB lets one process write its file at a
+time, so every write of every Workspace waits for the one before, across processes: its figure is the lower one.
+`FIGURE api_errors` counts the requests of both runs not answered with the record asked for, and
+`FIGURE api_ledger_mismatches` the ledger checks below that failed; both must be 0.
 
 The setup is done on the host with library calls in a fresh AMBER_HOME, as a server's host does it: 4
 Workspaces of 5 clients each (several clients of one Workspace race for its Wallet, which is where a lost or
@@ -25,12 +32,12 @@ After the run, with the server stopped, the bench fails (exit 1, saying why) unl
   charges, reserved = reservations - charges - refunds = the sum of the live Quotes' amounts (the setup
   Job settled to 0), available = balance - reserved, and it lists every row.
 
-A baseline (`FIGURE api_vs_inprocess_ratio`): the same alternating mix run serially in this process through
-`operations.call_local` (no HTTP, no server, no other client) after the load, on the catalog the load left;
+A baseline (`FIGURE api_vs_inprocess_ratio`, PostgreSQL's): the same alternating mix run serially in this process
+through `operations.call_local` (no HTTP, no server, no other client) after the load, on the catalog the load left;
 the figure is the server's rate over that one in-process caller's. Above 1, the server with 20 clients gets
 more done than one caller alone; below 1, HTTP and contention cost more than concurrency gains.
 
-The same server is then fuzzed from its own OpenAPI document (`tests/servers/fuzz.py`, which
+The PostgreSQL run's server is then fuzzed from its own OpenAPI document (`tests/servers/fuzz.py`, which
 `tests/test_api_fuzz.py` runs too): every operation, as a member of a Workspace holding one of everything and
 as a user of another, with boundary values and seeded cases of valid and invalid data. `FIGURE api_fuzz_cases`
 is the number of cases it sent; the bench fails on any answer that is a 5xx, shows a traceback, or is not what
@@ -42,8 +49,8 @@ model proxy of the setup Jobs listen on 127.0.0.1.
     .venv/bin/python bench/api_load.py [--clients 20] [--workspaces 4] [--seconds 60] [--max-requests 20000]
                                        [--baseline-requests 40] [--fuzz-examples 3] [--smoke] [--keep]
 
-`--smoke` is a small run for the test suite: 4 clients in 2 Workspaces for 3 s, and one drawn fuzz case of each
-kind.
+`--smoke` is a small run for the test suite: 4 clients in 2 Workspaces for 3 s on each catalog, and one drawn fuzz
+case of each kind.
 """
 
 from __future__ import annotations
@@ -80,7 +87,7 @@ from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
 
 sys.path.insert(0, str(PROJECT_ROOT / "tests"))
-from servers import fuzz  # noqa: E402  (the fuzz's one home, shared with tests/test_api_fuzz.py)
+from servers import fuzz, postgres  # noqa: E402  (the fuzz's home, and the tests' PostgreSQL server)
 
 STATIC_BENCH = PROJECT_ROOT / "examples" / "static-bench"
 HOST = "127.0.0.1"
@@ -393,6 +400,85 @@ def log_tail(log: Path, lines: int = 20) -> str:
     return "\n".join(text[-lines:]) or "(the server logged nothing)"
 
 
+@dataclass(frozen=True)
+class Run:
+    """One catalog's load: its rate, latencies, failures and (PostgreSQL only) the baseline and the fuzz."""
+
+    catalog: str
+    rate: float
+    p99_ms: float
+    errors: int  # requests not answered 200 with the record asked for
+    ledger_failures: list[str]  # the ledger check's, per Workspace
+    serial: float | None  # the in-process baseline's requests/s
+    fuzz_cases: int | None
+    failures: list[str]  # every reason the bench fails, these among them
+
+
+@contextlib.contextmanager
+def catalog(kind: str) -> Iterator[None]:
+    """AMBER_CATALOG_URL for the block: a new database of a PostgreSQL server of the bench's own (Debian's, started
+    as the tests start theirs: `tests/servers/postgres.py`), or unset for the DuckDB file under AMBER_HOME."""
+    os.environ.pop("AMBER_CATALOG_URL", None)  # the bench's own catalog, never a configured one
+    if kind == "duckdb":
+        yield
+        return
+    if postgres.binaries() is None:
+        raise SystemExit("PostgreSQL is not installed: run `make setup` (it installs Debian's postgresql).")
+    with postgres.running() as server:
+        os.environ["AMBER_CATALOG_URL"] = server.create_database("api_load")
+        try:
+            yield
+        finally:
+            os.environ.pop("AMBER_CATALOG_URL", None)
+
+
+def run(kind: str, args: argparse.Namespace, fuzz_too: bool) -> Run:
+    """Set up a fresh AMBER_HOME on the catalog ``kind``, serve it, load it, check it (and fuzz it)."""
+    with catalog(kind), scratch_home(f"amber-bench-api-{kind}-", args.keep) as home:
+        paths = AmberPaths.from_env()
+        wh = Warehouse(paths)
+        t0 = time.perf_counter()
+        setup = set_up(wh, args.clients, args.workspaces)
+        world = fuzz.populate(wh) if fuzz_too else None
+        fuzzed_too = ", and the fuzz's two users" if fuzz_too else ""
+        print(f"{kind}: setup of {args.clients} clients in {args.workspaces} Workspaces, each with a finished static "
+              f"Job{fuzzed_too}, in {time.perf_counter() - t0:.1f} s")
+        log = home / "server.log"
+        fuzzed = None
+        with serving(paths, log) as url:
+            tallies, wall = load(url, setup.clients, args.seconds, args.max_requests)
+            if world is not None:
+                t0 = time.perf_counter()
+                fuzzed = fuzz.fuzz(url, world, args.fuzz_examples)
+                fuzz_s = time.perf_counter() - t0
+        samples = [s for t in tallies for s in t.samples]
+        answers = answer_failures(samples)
+        ledger: list[str] = []
+        for ws, setup_quote in setup.setup_quotes.items():
+            received = {q: a for c, t in zip(setup.clients, tallies, strict=True) if c.workspace == ws
+                        for q, a in t.quotes.items()}
+            ledger += ledger_failures(wh, ws, received, setup_quote)
+        quotes = sum(len(t.quotes) for t in tallies)
+        errors = sum(s.status != 200 or s.problem is not None for s in samples)
+        print(f"{kind}: {len(samples)} requests in {wall:.1f} s ({quotes} Quotes made), {errors} errors")
+        describe(samples, wall)
+        failures = [f"{kind}: {f}" for f in answers + ledger]
+        if fuzzed is not None:
+            print(f"{kind}: fuzz: {fuzzed.cases} cases over {len(fuzzed.asked)} operations in {fuzz_s:.1f} s, "
+                  f"{len(fuzzed.failures)} failures")
+            failures += [f"{kind}: fuzz {f}" for f in fuzzed.failures]
+        serial = None
+        if args.baseline_requests:
+            times = in_process(wh, setup.clients[0], args.baseline_requests)
+            serial = sum(len(v) for v in times.values()) / sum(sum(v) for v in times.values())
+            print(f"{kind}: in-process, serial: quote p50 {ms(times['quote'], 50):.1f} ms, results p50 "
+                  f"{ms(times['results'], 50):.1f} ms, {serial:.1f} requests/s")
+        if failures:
+            print(f"{kind}: server log (last lines):\n" + log_tail(log))
+        return Run(kind, len(samples) / wall, ms([s.seconds for s in samples], 99), errors, ledger, serial,
+                   None if fuzzed is None else fuzzed.cases, failures)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=20)
@@ -407,51 +493,24 @@ def main() -> None:
     args = parser.parse_args()
     if args.smoke:
         args.clients, args.workspaces, args.seconds, args.baseline_requests, args.fuzz_examples = 4, 2, 3.0, 4, 1
-    os.environ.pop("AMBER_CATALOG_URL", None)  # the bench's own DuckDB catalog, never a configured one
-    with scratch_home("amber-bench-api-", args.keep) as home:
-        paths = AmberPaths.from_env()
-        wh = Warehouse(paths)
-        t0 = time.perf_counter()
-        setup = set_up(wh, args.clients, args.workspaces)
-        world = fuzz.populate(wh)
-        print(f"setup: {args.clients} clients in {args.workspaces} Workspaces, each with a finished static Job, "
-              f"and the fuzz's two users, in {time.perf_counter() - t0:.1f} s")
-        log = home / "server.log"
-        with serving(paths, log) as url:
-            tallies, wall = load(url, setup.clients, args.seconds, args.max_requests)
-            t0 = time.perf_counter()
-            fuzzed = fuzz.fuzz(url, world, args.fuzz_examples)
-            fuzz_s = time.perf_counter() - t0
-        samples = [s for t in tallies for s in t.samples]
-        failures = answer_failures(samples) + [f"fuzz {f}" for f in fuzzed.failures]
-        for ws, setup_quote in setup.setup_quotes.items():
-            received = {q: a for c, t in zip(setup.clients, tallies, strict=True) if c.workspace == ws
-                        for q, a in t.quotes.items()}
-            failures += ledger_failures(wh, ws, received, setup_quote)
-        quotes = sum(len(t.quotes) for t in tallies)
-        print(f"load: {len(samples)} requests in {wall:.1f} s ({quotes} Quotes made), "
-              f"{sum(s.status != 200 for s in samples)} not 200")
-        describe(samples, wall)
-        print(f"fuzz: {fuzzed.cases} cases over {len(fuzzed.asked)} operations in {fuzz_s:.1f} s, "
-              f"{len(fuzzed.failures)} failures")
-        rate = len(samples) / wall
-        if args.baseline_requests:
-            times = in_process(wh, setup.clients[0], args.baseline_requests)
-            serial = sum(len(v) for v in times.values()) / sum(sum(v) for v in times.values())
-            print(f"in-process, serial: quote p50 {ms(times['quote'], 50):.1f} ms, results p50 "
-                  f"{ms(times['results'], 50):.1f} ms, {serial:.1f} requests/s")
-        if failures:
-            print("server log (last lines):\n" + log_tail(log))
-        print(f"FIGURE api_requests_per_s {rate:.1f} requests/s")
-        print(f"FIGURE api_p99_ms {ms([s.seconds for s in samples], 99):.0f} ms")
-        if args.baseline_requests:
-            print(f"FIGURE api_vs_inprocess_ratio {rate / serial:.2f} x")
-        print(f"FIGURE api_fuzz_cases {fuzzed.cases} cases")
+    hosted = run("postgresql", args, fuzz_too=True)
+    default = run("duckdb", args, fuzz_too=False)
+    failures = hosted.failures + default.failures
+    print(f"FIGURE api_requests_per_s {hosted.rate:.1f} requests/s")
+    print(f"FIGURE api_p99_ms {hosted.p99_ms:.0f} ms")
+    print(f"FIGURE api_requests_per_s_duckdb {default.rate:.1f} requests/s")
+    print(f"FIGURE api_p99_ms_duckdb {default.p99_ms:.0f} ms")
+    print(f"FIGURE api_errors {hosted.errors + default.errors} requests")
+    print(f"FIGURE api_ledger_mismatches {len(hosted.ledger_failures) + len(default.ledger_failures)} checks")
+    if hosted.serial:
+        print(f"FIGURE api_vs_inprocess_ratio {hosted.rate / hosted.serial:.2f} x")
+    print(f"FIGURE api_fuzz_cases {hosted.fuzz_cases} cases")
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures), file=sys.stderr)
         raise SystemExit(1)
-    print("checks: every answer 200 and the record asked for; one reservation per Quote, none lost or doubled; "
-          "every Wallet equal to its ledger's sums; every fuzzed answer as the document says")
+    print("checks, on both catalogs: every answer 200 and the record asked for; one reservation per Quote, none lost "
+          "or doubled; every Wallet equal to its ledger's sums; on PostgreSQL, every fuzzed answer as the document "
+          "says")
 
 
 if __name__ == "__main__":

@@ -7,13 +7,20 @@ user's commit to the Job, the moment money is reserved:
 
 - CLI: the clock starts when `amber job submit` is run (interpreter start
   included; it prices the Job and starts it in one command);
-- UI: the Job is quoted first (the `launchRun` mutation the launchpad sends
-  for submit_job, which shows the Quote and reserves nothing), then the clock
-  starts when start_quote is launched with the Quote's id, the user's second
-  launch. Pricing is before the clock here, as the user reads the Quote
-  before confirming it: the submit_job run's own time, from its launch to its
-  end, is printed on a row of its own (`UI quote`) and is no part of the
-  request_to_trial figures.
+- UI: the launchpad's two launches through Dagster's GraphQL API, as the
+  Dagster UI sends them (the `launchRun` mutation): submit_job, which prices
+  the Job and shows the Quote, reserving nothing, then start_quote with the
+  Quote's id as soon as that run has succeeded, which reserves the Quote shown
+  and starts the Job. `UI launch` (`FIGURE ui_request_to_trial_median_s`)
+  runs from submit_job's launch to the first Trial: the whole wait of a user
+  who confirms at once. `UI` runs from start_quote's launch (the user's
+  commit), and `UI quote` is the submit_job run's own time, launch to end.
+
+Each launch's runs say how many times they priced the request (the
+`pricings` entry of their step output's metadata, counted where the Job is
+priced, `lifecycle.pricings`); the bench reads them back through GraphQL and
+prints the most any launch took (`FIGURE ui_pricings_per_launch`: it must be 1,
+the Quote shown being the one started).
 
 It stops when Docker reports the start of the Job's first sandbox (a container
 labelled with a Trial folder under the Job's run folder): the Trial is
@@ -39,6 +46,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -56,6 +64,9 @@ mutation($params: ExecutionParams!) {
 }"""
 RUN_TAGS = """
 query($runId: ID!) { runOrError(runId: $runId) { ... on Run { status tags { key value } } } }"""
+OUTPUT_METADATA = """
+query($runId: ID!) { logsForRun(runId: $runId) { ... on EventConnection { events { __typename
+  ... on ExecutionStepOutputEvent { metadataEntries { label ... on IntMetadataEntry { intValue } } } } } } }"""
 
 
 class SandboxStarts:
@@ -109,18 +120,43 @@ def succeeded(client: httpx.Client, run_id: str, job_name: str) -> dict[str, str
     raise SystemExit(f"the {job_name} run {run_id} did not succeed within 60 s")
 
 
-def ui_request(client: httpx.Client, bench: str) -> tuple[str, str, float, float]:
+@dataclass(frozen=True)
+class UiLaunch:
+    """A Job requested through the UI: its id, its two runs, and when submit_job and start_quote were launched."""
+
+    job: str
+    quote_run: str
+    start_run: str
+    asked: float  # submit_job's launch
+    shown: float  # its run's success seen: start_quote's launch
+
+    def pricings(self, client: httpx.Client) -> int:
+        """How many times the launch priced the request, as its two runs recorded it, once both have succeeded."""
+        succeeded(client, self.start_run, "start_quote")
+        return sum(_pricings(client, run, job) for run, job in ((self.quote_run, "submit_job"),
+                                                                 (self.start_run, "start_quote")))
+
+
+def ui_request(client: httpx.Client, bench: str) -> UiLaunch:
     """A Job requested through the UI: quoted by submit_job, then confirmed by start_quote with the Quote's id
-    (the submit_job run's tag amber/job, once it has succeeded: start_quote confirms only such a Quote). The
-    Job's id, the start_quote run's, how long the quote took (submit_job's launch to its end) and when
-    start_quote was launched (the clock's start)."""
+    (the submit_job run's tag amber/job, once it has succeeded: start_quote confirms only such a Quote)."""
     asked = time.time()
     quote_run = _launch(client, "submit_job", "quote_job", {"benchmark": bench, "agent": "nop"})
     job = succeeded(client, quote_run, "submit_job").get("amber/job")
     if job is None:
         raise SystemExit(f"the submit_job run {quote_run} showed no Quote (no tag amber/job)")
     shown = time.time()
-    return job, _launch(client, "start_quote", "confirm_quote", {"quote_id": job}), shown - asked, shown
+    return UiLaunch(job, quote_run, _launch(client, "start_quote", "confirm_quote", {"quote_id": job}), asked, shown)
+
+
+def _pricings(client: httpx.Client, run_id: str, job_name: str) -> int:
+    """The `pricings` its step output recorded (`lifecycle.pricings`); a run that recorded none fails the bench."""
+    body = client.post("/graphql", json={"query": OUTPUT_METADATA, "variables": {"runId": run_id}}).json()
+    for event in body["data"]["logsForRun"].get("events") or []:
+        for entry in event.get("metadataEntries") or []:
+            if entry.get("label") == "pricings" and entry.get("intValue") is not None:
+                return int(entry["intValue"])
+    raise SystemExit(f"the {job_name} run {run_id} recorded no pricings in its output's metadata")
 
 
 def wait_job(env: dict[str, str], job: str) -> None:
@@ -161,10 +197,10 @@ def main() -> None:
             _wait_ui(client, ui)
             # warm-up: builds the Task's image and loads every path once
             run([AMBER, "job", "submit", str(bench), "--agent", "nop", "--wait"], env)
-            job, start_run, _, _ = ui_request(client, str(bench))
-            succeeded(client, start_run, "start_quote")
-            wait_job(env, job)
-            cli, via_ui, quoting = [], [], []
+            warm = ui_request(client, str(bench))
+            warm.pricings(client)
+            wait_job(env, warm.job)
+            cli, via_ui, quoting, launched, priced = [], [], [], [], []
             for _ in range(n):
                 t0 = time.time()
                 out = run([AMBER, "job", "submit", str(bench), "--agent", "nop"], env)
@@ -172,21 +208,26 @@ def main() -> None:
                 cli.append(starts.wait(job, 120) - t0)
                 wait_job(env, job)
             for _ in range(n):
-                job, _, quote_s, t0 = ui_request(client, str(bench))
-                quoting.append(quote_s)
-                via_ui.append(starts.wait(job, 120) - t0)
-                wait_job(env, job)
+                asked = ui_request(client, str(bench))
+                first = starts.wait(asked.job, 120)
+                quoting.append(asked.shown - asked.asked)
+                via_ui.append(first - asked.shown)
+                launched.append(first - asked.asked)
+                priced.append(asked.pricings(client))
+                wait_job(env, asked.job)
         finally:
             starts.close()
             client.close()
             os.killpg(ui.pid, signal.SIGTERM)
             ui.wait(timeout=60)
-    print(f"request to first Trial running, {n} one-cell nop Jobs per path, daemon up "
-          "(UI: from start_quote's launch; UI quote: submit_job's run, before it)")
-    print(f"{'':9}{'median s':>10}{'p90 s':>10}{'min s':>10}{'max s':>10}   each")
-    for label, xs in (("CLI", cli), ("UI", via_ui), ("UI quote", quoting)):
-        print(f"{label:9}{statistics.median(xs):10.2f}{p90(xs):10.2f}{min(xs):10.2f}{max(xs):10.2f}   "
+    print(f"request to first Trial running, {n} one-cell nop Jobs per path, daemon up (UI launch: from submit_job's "
+          "launch; UI: from start_quote's launch; UI quote: submit_job's run, before it)")
+    print(f"{'':10}{'median s':>10}{'p90 s':>10}{'min s':>10}{'max s':>10}   each")
+    for label, xs in (("CLI", cli), ("UI launch", launched), ("UI", via_ui), ("UI quote", quoting)):
+        print(f"{label:10}{statistics.median(xs):10.2f}{p90(xs):10.2f}{min(xs):10.2f}{max(xs):10.2f}   "
               + " ".join(f"{x:.2f}" for x in xs))
+    print("pricings of the request per UI launch (submit_job's and start_quote's, as their runs recorded them): "
+          + " ".join(str(p) for p in priced))
     both = cli + via_ui
     print(f"FIGURE request_to_trial_median_s {statistics.median(both):.2f} s")
     print(f"FIGURE request_to_trial_p90_s {p90(both):.2f} s")
@@ -194,6 +235,8 @@ def main() -> None:
         print(f"FIGURE request_to_trial_{label}_median_s {statistics.median(xs):.2f} s")
         print(f"FIGURE request_to_trial_{label}_p90_s {p90(xs):.2f} s")
     print(f"FIGURE ui_quote_median_s {statistics.median(quoting):.2f} s")
+    print(f"FIGURE ui_request_to_trial_median_s {statistics.median(launched):.2f} s")
+    print(f"FIGURE ui_pricings_per_launch {max(priced)} pricings")
 
 
 def _wait_ui(client: httpx.Client, ui: subprocess.Popen) -> None:

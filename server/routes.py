@@ -152,6 +152,8 @@ def _endpoint(wh: Warehouse, op: Operation) -> Callable[..., Any]:
         actor = identity.Actor(token.user, None if workspace == DEFAULT_IN_PATH else workspace)
         with contextlib.ExitStack() as stack:
             params, named = _params(op, given, stack)
+            if op.method == "GET":  # a read changes nothing: on DuckDB its reads share one connection, opened once
+                stack.enter_context(wh.reading())
             try:
                 result = op.run(acting(wh, actor, op), params)
             except AmberError as e:  # a sentence names a file the way its user did, not where it was spooled

@@ -112,3 +112,17 @@ def amber_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def warehouse(amber_home: Path) -> Warehouse:
     return Warehouse(AmberPaths.from_env())
+
+
+@pytest.fixture
+def pg_url(postgres_server: postgres.PostgresServer, monkeypatch: pytest.MonkeyPatch, amber_home: Path) -> str:
+    """AMBER_CATALOG_URL naming a database of its own on the session's PostgreSQL server."""
+    url = postgres_server.create_database()
+    monkeypatch.setenv("AMBER_CATALOG_URL", url)
+    return url
+
+
+@pytest.fixture
+def pg_wh(pg_url: str) -> Warehouse:
+    """The warehouse of an AMBER_HOME whose catalog is that PostgreSQL database."""
+    return Warehouse(AmberPaths.from_env())

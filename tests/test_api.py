@@ -471,6 +471,14 @@ def test_paths_of_the_server_are_not_benchmarks(world: World) -> None:
     assert forged.status_code == 400  # a "folder" field is never a path: only a file sent with the request
 
 
+def test_a_malformed_at_most_is_refused_naming_at_most(world: World) -> None:
+    """`at_most` is set by pages, not typed at the CLI, so its refusal names the field, not a CLI option."""
+    for operation in ("job_quote", "job_submit"):
+        answer = ask(world, world.bob, operation, benchmark="x", agent="direct", model_configurations=["replay-strong"],
+                     at_most="12,5")
+        assert answer.status_code == 400 and answer.json()["detail"].startswith('"12,5" is not an amount for at_most:')
+
+
 
 def test_a_request_past_the_size_limit_is_refused_before_it_is_spooled(warehouse: Warehouse, tmp_path: Path) -> None:
     users.add(warehouse, "bob", "tests")

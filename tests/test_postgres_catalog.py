@@ -13,24 +13,11 @@ import psycopg2
 import pytest
 from helpers import cli, funded, refusal
 from servers.ports import free_port
-from servers.postgres import PostgresServer
 
 from amber_pipeline.money import wallet
 from amber_pipeline.paths import AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.postgres import PostgresCatalog
-
-
-@pytest.fixture
-def pg_url(postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch, amber_home: Path) -> str:
-    url = postgres_server.create_database()
-    monkeypatch.setenv("AMBER_CATALOG_URL", url)
-    return url
-
-
-@pytest.fixture
-def pg_wh(pg_url: str) -> Warehouse:
-    return Warehouse(AmberPaths.from_env())
 
 
 def test_the_database_refuses_to_change_or_remove_a_ledger_or_audit_log_entry(pg_wh: Warehouse, pg_url: str) -> None:

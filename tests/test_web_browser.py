@@ -177,6 +177,12 @@ class Browser:
         self.driver.save_screenshot(str(png))
         width = self.driver.execute_script("return document.documentElement.scrollWidth")
         assert width <= WIDTH, f"{name}: the page is {width} px wide, past {WIDTH} px (screenshot {png})"
+        wrapped = self.driver.execute_script(
+            "return Array.from(document.querySelectorAll('table.grid td.num, table.grid td.id')).filter(td => {"
+            " const r = document.createRange(); r.selectNodeContents(td);"
+            " return new Set(Array.from(r.getClientRects()).map(x => Math.round(x.top))).size > 1;"
+            "}).map(td => td.innerText);")
+        assert not wrapped, f"{name}: numbers or ids wrap across lines: {wrapped[:5]} (screenshot {png})"
         errors = self.console_errors()
         assert not errors, f"{name}: the console has errors: {errors}"
         return png

@@ -1,7 +1,8 @@
 """The web app's Benchmarks, Wallet and New Job pages, as a user sees them: the Wallet's figures are the ledger's
 and its filters filter; Benchmark pages list Versions, Tasks and an upload's verdicts; a Task's Instruction is
 text, never markup; the New Job page prices a Job per cell exactly as the Quote it then reserves, moves no money
-before Confirm, and Confirm starts the Job; a form without its token and a Workspace not one's own are refused."""
+before Confirm, and Confirm starts the Job with the Quote shown (`test_priced_once.py`: priced once); a form
+without its token and a Workspace not one's own are refused."""
 
 from __future__ import annotations
 
@@ -183,12 +184,12 @@ def test_a_tasks_instruction_and_files_show_as_text_never_markup(warehouse: Ware
 def test_the_preview_prices_each_cell_as_the_quote_reserves_and_moves_no_money_before_confirm(
         warehouse: Warehouse, bench: str, client: TestClient):
     funded(warehouse, WS, "10")
-    token = csrf(client)
+    csrf_token = csrf(client)
     form = client.get(f"/w/{WS}/new")
     assert form.status_code == 200 and bench in form.text and "replay-strong" in form.text
     before = ledger(warehouse)
 
-    preview = client.post(f"/w/{WS}/new", data={**ASK, "csrf": token, "action": "preview"})
+    preview = client.post(f"/w/{WS}/new", data={**ASK, "csrf": csrf_token, "action": "preview"})
     assert preview.status_code == 200, text_of(preview.text)
     assert ledger(warehouse) == before  # nothing reserved, no entry
     with warehouse.read() as con:
@@ -201,8 +202,9 @@ def test_the_preview_prices_each_cell_as_the_quote_reserves_and_moves_no_money_b
     assert set(shown) == {"direct / replay-strong", "direct / replay-weak"} and len(cells) == 2
     assert all("prior for direct (12 Tasks)" in c[5] for c in cells)  # each estimate's source
     assert "With 12 Tasks this Job detects a change of about 48 points or more" in text_of(preview.text)
-    found = re.search(r'name="at_most" value="([0-9.]+)"', preview.text)
-    assert found is not None
+    found = re.search(r'Confirming reserves <strong title="\$([0-9.]+)"', preview.text)
+    token = re.search(r'name="shown" value="([^"]+)"', preview.text)
+    assert found is not None and token is not None
     at_most = found.group(1)
     assert Decimal(at_most) == sum(shown.values())
     # The form keeps what was filled in.
@@ -210,8 +212,8 @@ def test_the_preview_prices_each_cell_as_the_quote_reserves_and_moves_no_money_b
     assert re.search(r'value="replay-weak" id="mc-\d+" checked', preview.text)
     assert 'name="trials_per_task" min="1" max="10" value="2"' in preview.text
 
-    confirmed = client.post(f"/w/{WS}/new", data={**ASK, "csrf": token, "action": "confirm", "at_most": at_most},
-                            follow_redirects=False)
+    confirmed = client.post(f"/w/{WS}/new", data={**ASK, "csrf": csrf_token, "action": "confirm",
+                                                  "shown": token.group(1)}, follow_redirects=False)
     assert confirmed.status_code == 303, text_of(confirmed.text)
     job_id = confirmed.headers["location"].rsplit("/", 1)[1]
     assert confirmed.headers["location"] == f"/w/{WS}/jobs/{job_id}"
@@ -236,8 +238,8 @@ def test_refusals_show_their_sentence_on_the_filled_form_and_change_nothing(ware
                      r"ask Amber staff for a Credit\.", text_of(preview.text))
     assert 'value="confirm"' not in preview.text  # nothing to confirm
     confirmed = client.post("/w/empty/new", data={**ASK, "csrf": token, "action": "confirm", "at_most": "1"})
-    assert confirmed.status_code == 400
-    assert "Workspace empty has $0.00 available but this Quote needs" in text_of(confirmed.text)
+    assert confirmed.status_code == 400  # an amount alone is not a Quote seen
+    assert "Confirm a Quote you have seen: press See the Quote first." in text_of(confirmed.text)
     assert f'<option value="{bench}" selected>' in confirmed.text  # kept filled
 
     unknown = client.post("/w/empty/new", data={**ASK, "model_configurations": ["no-such-model"], "csrf": token,
@@ -253,14 +255,19 @@ def test_refusals_show_their_sentence_on_the_filled_form_and_change_nothing(ware
         assert con.execute("select count(*) from jobs").fetchone() == (0,)
 
 
-def test_a_confirm_above_the_amount_shown_is_refused(warehouse: Warehouse, bench: str, client: TestClient):
+def test_a_confirm_the_wallet_no_longer_covers_is_refused(warehouse: Warehouse, bench: str, client: TestClient):
+    """The Quote shown is reserved as shown, not priced again, but the Wallet is asked again at Confirm."""
     funded(warehouse, WS, "10")
+    token = csrf(client)
+    preview = client.post(f"/w/{WS}/new", data={**ASK, "csrf": token, "action": "preview"})
+    shown = re.search(r'name="shown" value="([^"]+)"', preview.text)
+    assert shown is not None
+    lifecycle.quote(warehouse, WS, local_user(), JobRequest(**{**ASK, "trials_per_task": 1}, ceiling_usd=10.0))
     before = ledger(warehouse)
-    refused = client.post(f"/w/{WS}/new", data={**ASK, "csrf": csrf(client), "action": "confirm",
-                                                  "at_most": "0.000001"})
+    refused = client.post(f"/w/{WS}/new", data={**ASK, "csrf": token, "action": "confirm", "shown": shown.group(1)})
     assert refused.status_code == 400
-    assert re.search(r"This Job's Quote is now \$[0-9.]+, more than the \$0\.000001 you were shown: get a new "
-                     r"Quote and confirm that one\.", text_of(refused.text))
+    assert re.search(r"Workspace default has \$0\.00 available but this Quote needs \$[0-9.]+: \$[0-9.]+ is "
+                     r"missing; ask Amber staff for a Credit\.", text_of(refused.text))
     assert 'value="direct" checked' in refused.text  # the form kept filled
     assert ledger(warehouse) == before
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from amber_pipeline.accounts import audit, users
-from amber_pipeline.errors import AmberError, NotFound
+from amber_pipeline.errors import AmberError, NotFound, SignInRefused
 from amber_pipeline.user_text import quoted
 from amber_pipeline.warehouse.catalog import Warehouse
 
@@ -31,10 +31,6 @@ _SHAPE = re.compile(r"amber_(tok[0-9a-f]{12})_[A-Za-z0-9_-]{43}")
 
 
 _COLUMNS = "id, user_name, name, created_at, expires_at, revoked_at"
-
-
-class SignInRefused(AmberError):
-    """No valid token: the API's 401."""
 
 
 REFUSED = ("Sign in with a valid API token: this one is missing, unknown, revoked or expired (make one with "

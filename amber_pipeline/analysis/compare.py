@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
@@ -28,8 +28,9 @@ from amber_pipeline.analysis.report import absent, later
 from amber_pipeline.analysis.scores import evidence_row, score_rows
 from amber_pipeline.analysis.statistics import Bounds, Verdict
 from amber_pipeline.errors import AmberError
-from amber_pipeline.scoring.bootstrap import NO_INTERVAL
-from amber_pipeline.scoring.engine import PairedDifference, difference
+
+if TYPE_CHECKING:  # the engine (NumPy, Arrow) is loaded by the first comparison, not by whoever reads its types
+    from amber_pipeline.scoring.engine import PairedDifference
 
 Pairing = Literal["task_and_route", "task"]
 BY_ROUTE: Pairing = "task_and_route"
@@ -181,6 +182,9 @@ def _mean_reward_difference(cand: Sequence[TrialEvidence], base: Sequence[TrialE
                             cand_key: Mapping[Case, str], base_key: Mapping[Case, str]) -> PairedDifference:
     """The engine's paired bootstrap of candidate minus baseline mean Reward over the paired cases (spec 1),
     each side one cell whose Tasks are the cases (keyed alike on both sides)."""
+    from amber_pipeline.scoring.bootstrap import NO_INTERVAL
+    from amber_pipeline.scoring.engine import PairedDifference, difference
+
     rows = [evidence_row(e, cell=side, task=key[(e.task_name, e.route)])
             for side, evidence, key in (("candidate", cand, cand_key), ("baseline", base, base_key))
             for e in evidence if (e.task_name, e.route) in key]

@@ -28,18 +28,34 @@ class Memo[T]:
     def __init__(self, size: int) -> None:
         self.size = size
         self._kept: OrderedDict[Hashable, T] = OrderedDict()
+        self._computing: dict[Hashable, threading.Event] = {}
         self._lock = threading.Lock()
 
     def get(self, key: Hashable, compute: Callable[[], T]) -> T:
-        with self._lock:
-            if key in self._kept:
-                self._kept.move_to_end(key)
-                return self._kept[key]
-        made = compute()  # outside the lock: two first asks may both compute, and keep the same result
-        with self._lock:
-            self._kept[key] = made
-            while len(self._kept) > self.size:
-                self._kept.popitem(last=False)
+        """The kept result of ``key``, else ``compute()``'s, kept. One caller computes a key at a time (outside the
+        lock); others asking for it meanwhile wait for that result rather than compute it again each, which on a
+        server's first requests for a Job made twenty bootstraps contend for one interpreter. If it fails, the
+        next waiter computes it in turn: errors are not kept."""
+        while True:
+            with self._lock:
+                if key in self._kept:
+                    self._kept.move_to_end(key)
+                    return self._kept[key]
+                underway = self._computing.get(key)
+                if underway is None:
+                    underway = self._computing[key] = threading.Event()
+                    break
+            underway.wait()
+        try:
+            made = compute()
+            with self._lock:
+                self._kept[key] = made
+                while len(self._kept) > self.size:
+                    self._kept.popitem(last=False)
+        finally:
+            with self._lock:
+                del self._computing[key]
+            underway.set()
         if Memo.freeze_kept:
             gc.freeze()
         return made

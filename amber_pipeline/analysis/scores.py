@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Sequence
-
-import duckdb
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from amber_pipeline.analysis.evidence import TrialEvidence
-from amber_pipeline.scoring import engine
-from amber_pipeline.scoring.bootstrap import DEFAULT_RESAMPLING, Resampling
-from amber_pipeline.warehouse.schemas import SCORING_ROW_SCHEMA
+
+if TYPE_CHECKING:  # the engine (NumPy, Arrow) is loaded by the first score, not by whoever reads a report's types
+    from amber_pipeline.scoring import engine
+    from amber_pipeline.scoring.bootstrap import Resampling
 
 
 def wall_time_sec(e: TrialEvidence) -> float | None:
@@ -33,14 +32,22 @@ def cell_of(e: TrialEvidence) -> str:
     return f"{e.source}\x1f{e.route}"
 
 
-def score_rows(rows: Iterable[tuple], resampling: Resampling = DEFAULT_RESAMPLING) -> engine.Scores:
-    """Score rows given as tuples in :data:`SCORING_ROW_SCHEMA` order."""
+def score_rows(rows: Iterable[tuple], resampling: Resampling | None = None) -> engine.Scores:
+    """Score rows given as tuples in `schemas.SCORING_ROW_SCHEMA` order (``resampling``: the engine's default
+    unless given)."""
+    import duckdb
+    import pyarrow as pa
+
+    from amber_pipeline.scoring import engine
+    from amber_pipeline.scoring.bootstrap import DEFAULT_RESAMPLING
+    from amber_pipeline.warehouse.schemas import SCORING_ROW_SCHEMA
+
     columns = list(zip(*rows, strict=True)) or [()] * len(SCORING_ROW_SCHEMA)
     table = pa.table([pa.array(list(c), type=f.type) for c, f in zip(columns, SCORING_ROW_SCHEMA, strict=True)],
                      schema=SCORING_ROW_SCHEMA)
     with contextlib.closing(duckdb.connect()) as con:
         con.register("evidence_rows", table)
-        return engine.score(con, "select * from evidence_rows", resampling)
+        return engine.score(con, "select * from evidence_rows", resampling or DEFAULT_RESAMPLING)
 
 
 def evidence_row(e: TrialEvidence, *, cell: str | None = None, task: str | None = None) -> tuple:
@@ -49,6 +56,6 @@ def evidence_row(e: TrialEvidence, *, cell: str | None = None, task: str | None 
             None if e.errored else e.reward, e.errored, e.cost_usd, wall_time_sec(e))
 
 
-def score_evidence(evidence: Sequence[TrialEvidence], resampling: Resampling = DEFAULT_RESAMPLING) -> engine.Scores:
+def score_evidence(evidence: Sequence[TrialEvidence], resampling: Resampling | None = None) -> engine.Scores:
     """Every (source, route) cell of the evidence scored, and the model routes of one Agent compared."""
     return score_rows((evidence_row(e) for e in evidence), resampling)

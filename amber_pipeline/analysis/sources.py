@@ -27,8 +27,7 @@ import dataclasses
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, NamedTuple
 
 from amber_pipeline.analysis import source_paths
 from amber_pipeline.analysis.evidence import TrialEvidence
@@ -44,9 +43,13 @@ from amber_pipeline.analysis.trial_folders import (
 from amber_pipeline.cells import NO_MODEL
 from amber_pipeline.errors import AmberError, NotFound
 from amber_pipeline.jobs import outcomes
+from amber_pipeline.warehouse import schemas
 from amber_pipeline.warehouse.catalog import Warehouse
-from amber_pipeline.warehouse.schemas import EVIDENCE_SCHEMA, TrialRecord
+from amber_pipeline.warehouse.schemas import TrialRecord
 from amber_pipeline.warehouse.storage import StoredFile
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 FIELDS = [f.name for f in dataclasses.fields(TrialEvidence)]
 EVIDENCE: Memo[list[TrialEvidence]] = Memo(16)  # an unchanged Job's evidence, read once per process
@@ -65,12 +68,13 @@ def is_amber_job(source: str) -> bool:
     return source.startswith("job-") and not Path(source).exists()
 
 
-def load(wh: Warehouse, workspace: str, source: str) -> list[TrialEvidence]:
-    """The evidence of an Amber Job id, a Harbor job folder path, or "harbor:<name>" of an imported folder."""
+def load(wh: Warehouse, workspace: str, source: str, version: JobVersion | None = None) -> list[TrialEvidence]:
+    """The evidence of an Amber Job id, a Harbor job folder path, or "harbor:<name>" of an imported folder
+    (``version``: the Job's, when the caller has listed it)."""
     if source.startswith(HARBOR_PREFIX):
         return _imported(wh, workspace, source)
     if is_amber_job(source):
-        evidence = amber_job(wh, workspace, source)
+        evidence = amber_job(wh, workspace, source, version)
         if not evidence:
             raise NoTrials(f"Job {source}")
         return evidence
@@ -85,26 +89,36 @@ def load(wh: Warehouse, workspace: str, source: str) -> list[TrialEvidence]:
 
 # ---- Amber Jobs: derived when read ----------------------------------------------------------------------
 
-def amber_job(wh: Warehouse, workspace: str, job_id: str) -> list[TrialEvidence]:
+def amber_job(wh: Warehouse, workspace: str, job_id: str, version: JobVersion | None = None) -> list[TrialEvidence]:
     """A Job's Trials that are results (not cancelled), each with what its folder adds."""
     with wh.query(workspace, {"jobs"}) as con:
         if con.execute("select 1 from jobs where id = ?", [job_id]).fetchone() is None:
             raise NotFound(f"No Job {job_id} in Workspace {workspace}: list Jobs with `amber job status`.")
-    files = job_files(wh, job_id)
+    version = version or job_version(wh, workspace, job_id)
 
     def read() -> list[TrialEvidence]:
-        rows = [row for stored in files
+        rows = [row for stored in version.files
                 for row in _rows(wh, derive(wh, stored.path, stored)) if row["workspace"] == workspace]
         evidence = [TrialEvidence(**{k: row[k] for k in FIELDS}) for row in rows]
         return sorted(evidence, key=lambda e: (e.route, e.task_name, e.attempt))
 
-    return list(EVIDENCE.get((wh.paths.home, workspace, job_id, files), read))  # a copy: callers may sort it
+    return list(EVIDENCE.get(version, read))  # a copy: callers may sort it
 
 
-def job_files(wh: Warehouse, job_id: str) -> tuple[StoredFile, ...]:
-    """A Job's stored Trial files, one per cell, with their sizes and times: what its evidence is made from, so
-    also the version of anything computed from it (`memo.py`)."""
-    return tuple(sorted(wh.store.files(wh.paths.trials, f"*/{job_id}.parquet"), key=lambda f: f.path))
+class JobVersion(NamedTuple):
+    """A Job's stored Trial files, one per cell, with their sizes and times, for one Workspace's view of it: what
+    its evidence is made from, so the key of anything computed from its Trials (`memo.py`). Listed once per
+    request and handed on, so a page lists the files once."""
+
+    home: Path
+    workspace: str
+    job_id: str
+    files: tuple[StoredFile, ...]
+
+
+def job_version(wh: Warehouse, workspace: str, job_id: str) -> JobVersion:
+    files = tuple(sorted(wh.store.files(wh.paths.trials, f"*/{job_id}.parquet"), key=lambda f: f.path))
+    return JobVersion(wh.paths.home, workspace, job_id, files)
 
 
 def derive(wh: Warehouse, trial_file: Path, listed: StoredFile | None = None) -> Path:
@@ -167,7 +181,9 @@ def _table(evidence: Sequence[tuple[str, Path, TrialEvidence]]) -> pa.Table:
     """Evidence rows as stored, each with its Workspace, folder, outcome and (unless it passed) failure cause."""
     rows = [{"workspace": workspace, "folder": str(folder), **dataclasses.asdict(e), "outcome": outcome(e),
              "cause": None if e.passed else failure_cause(e)} for workspace, folder, e in evidence]
-    return pa.Table.from_pylist(rows, schema=EVIDENCE_SCHEMA)
+    import pyarrow as pa
+
+    return pa.Table.from_pylist(rows, schema=schemas.EVIDENCE_SCHEMA)
 
 
 # ---- imported Harbor folders ------------------------------------------------------------------------------

@@ -18,12 +18,7 @@ from amber_pipeline.analysis.memo import Memo
 from amber_pipeline.analysis.report import MissingTask, MissingTasks, Outcome
 from amber_pipeline.cells import NO_MODEL, cell_file_id, model_name
 from amber_pipeline.jobs.records import Job, JobCell, cells_of
-from amber_pipeline.scoring.bootstrap import MIN_RESAMPLES, Resampling
 from amber_pipeline.warehouse.catalog import Warehouse
-
-# Only the per-Task means are read from the engine, and resampling never changes them: the fewest resamples.
-MEANS_ONLY = Resampling(n_resamples=MIN_RESAMPLES)
-
 
 # ---------------------------------------------------------------- records
 
@@ -134,7 +129,7 @@ def task_matrix(wh: Warehouse, workspace: str, job: Job, missing: list[MissingTa
     """The Job's Task matrix; ``missing`` is the Job record's Tasks still missing per cell (None unless it stopped
     early). Kept while the Job's cells, Trial files and missing Tasks are unchanged."""
     cells = cells_of(wh, job.id)
-    key = (wh.paths.home, workspace, job.id, tuple(cells), sources.job_files(wh, job.id),
+    key = (sources.job_version(wh, workspace, job.id), tuple(cells),
            None if missing is None else tuple(m.model_dump_json() for m in missing))
     return MATRICES.get(key, lambda: _task_matrix(wh, workspace, job, cells, missing))
 
@@ -145,7 +140,10 @@ def _task_matrix(wh: Warehouse, workspace: str, job: Job, cells: list[JobCell],
     evidence = [e for found in by_cell.values() for e, _ in found]
     means: dict[tuple[str, str], float | None] = {}
     if evidence:
-        for scored in scores.score_evidence(evidence, MEANS_ONLY).cells:
+        from amber_pipeline.scoring.bootstrap import MIN_RESAMPLES, Resampling  # NumPy: for a matrix, not its types
+
+        # only the per-Task means are read from the engine, and resampling never changes them: the fewest resamples
+        for scored in scores.score_evidence(evidence, Resampling(n_resamples=MIN_RESAMPLES)).cells:
             for row in scored.task_rewards.to_pylist():
                 means[(row["cell"], row["task"])] = row["mean_reward"]
     missing_of = {m.cell_key: m.tasks for m in missing or []}

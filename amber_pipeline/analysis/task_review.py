@@ -36,7 +36,6 @@ from amber_pipeline.benchmarks.tasks import find_task_dirs
 from amber_pipeline.errors import AmberError
 from amber_pipeline.models.configurations import ModelConfiguration, model_configuration
 from amber_pipeline.models.endpoint import offline_litellm, require_key, serving
-from amber_pipeline.models.proxy import Grant, ModelProxy
 from amber_pipeline.money.prices import PRICES
 from amber_pipeline.paths import AmberPaths
 
@@ -122,6 +121,8 @@ def review(root: Path, model: str, paths: AmberPaths | None = None, workspace: s
         raise AmberError(f"This Workspace does not send its private Benchmarks to {mc.served_by}: review with a "
                          "Model Configuration its provider policy allows, or change the policy with "
                          "`amber workspace provider-policy`.")
+    from amber_pipeline.models.proxy import Grant, ModelProxy  # its server (aiohttp, uvicorn): only for a review
+
     cases = [_case(task_dir) for task_dir in find_task_dirs(root)]
     offline_litellm()
     import litellm  # once, before the threads that call it

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import duckdb
-import pyarrow.compute as pc
 from pydantic import BaseModel, Field
 
 from amber_pipeline.analysis import sources
@@ -42,10 +41,10 @@ from amber_pipeline.models.configurations import ModelConfiguration, model_confi
 from amber_pipeline.models.wire import Usage
 from amber_pipeline.money.prices import Prices
 from amber_pipeline.user_text import quoted
-from amber_pipeline.warehouse import sql
+from amber_pipeline.warehouse import schemas, sql
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.retention import MARKER
-from amber_pipeline.warehouse.schemas import TRANSCRIPT_SCHEMA, TrialRecord, trial_key
+from amber_pipeline.warehouse.schemas import TrialRecord, trial_key
 
 TEXT_CHARACTERS = 16_384  # one trajectory text, tool argument or model-call body
 FILE_CHARACTERS = 65_536  # one Verifier file
@@ -260,6 +259,8 @@ def trial_detail(wh: Warehouse, workspace: str, job: Job, trial: str, cell_key: 
 
 def _record(wh: Warehouse, job_id: str, cell: JobCell, trial: str) -> TrialRecord | None:
     """The Trial's stored row: its cell's Trial file, filtered to it before any row is built."""
+    import pyarrow.compute as pc
+
     table = wh.read_parquet(wh.trials_file(cell_file_id(cell.cell_key), job_id))
     if table is None:
         return None
@@ -431,7 +432,7 @@ def _model_calls(wh: Warehouse, workspace: str, record: TrialRecord, cell: JobCe
     columns = ", ".join(f"left({c}, {TEXT_CHARACTERS}) as {c}, length({c}) > {TEXT_CHARACTERS} as {c}_cut"
                         if c in bodies else c for c in CALL_COLUMNS)
     with contextlib.closing(duckdb.connect()) as con:
-        scan = wh.store.scan(con, files, TRANSCRIPT_SCHEMA, "transcripts")
+        scan = wh.store.scan(con, files, schemas.TRANSCRIPT_SCHEMA, "transcripts")
         rows = con.execute(f"select {columns} from {scan} where trial_key = {sql.string(key)} "
                            f"and workspace = {sql.string(workspace)} order by retry, seq").fetch_arrow_table()
     mc = _configuration(wh, workspace, cell)

@@ -13,14 +13,11 @@ from typing import Annotated
 
 import typer
 
-from amber_pipeline import embedded
 from amber_pipeline.accounts import tokens
 from amber_pipeline.cli import client
 from amber_pipeline.cli.context import Context
 from amber_pipeline.cli.output import out
 from amber_pipeline.errors import AmberError
-from amber_pipeline.operations.areas import OPERATIONS
-from amber_pipeline.operations.operation import NoParams
 
 app = typer.Typer()
 user_app = typer.Typer(no_args_is_help=True, help="Users of a hosted Amber and their roles (staff only).")
@@ -40,6 +37,8 @@ def serve(ctx: typer.Context,
                                    "alone, never the Host a request sent.")] = None) -> None:
     """Serve the hosted API (OpenAPI at /docs, the Dagster UI for staff at /ui) and run the daemon (Ctrl-C stops
     both)."""
+    from amber_pipeline import embedded
+
     c = Context.of(ctx)
     c.host_only()
     out.line(f"Amber API: http://{host}:{port}/v1 (documented at /docs; the Dagster UI at /ui) (Ctrl-C stops it)")
@@ -52,11 +51,14 @@ def login(url: Annotated[str | None, typer.Option("--url", help="The server (def
               "--token", help="The token (default: asked for, not echoed). Prefer the prompt: a token on a "
                               "command line shows in the process list.")] = None) -> None:
     """Sign in to a hosted Amber: check the token with the server, then keep it in a file only you can read."""
+    from amber_pipeline.operations import areas
+    from amber_pipeline.operations.operation import NoParams
+
     url = url or client.server_url()
     if not url:
         raise AmberError("Name the server with --url URL (or set AMBER_URL).")
     secret = token or typer.prompt("API token", hide_input=True)
-    me = client.Remote(url.rstrip("/"), secret.strip()).call(OPERATIONS["whoami"], None, NoParams())
+    me = client.Remote(url.rstrip("/"), secret.strip()).call(areas.find("whoami"), None, NoParams())
     path = client.save_token(url.rstrip("/"), secret.strip())
     out.line(f"Signed in to {url} as {me.user}{' (staff)' if me.staff else ''}; the token is in {path}.")
 

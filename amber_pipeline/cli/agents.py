@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from amber_pipeline.agents.specs import AGENTS, AgentSpec, agent_spec
 from amber_pipeline.cli import options
 from amber_pipeline.cli.context import Context
 from amber_pipeline.cli.output import out
-from amber_pipeline.sandbox import agent_image, docker_engine
+
+if TYPE_CHECKING:
+    from amber_pipeline.agents.specs import AgentSpec
 
 app = typer.Typer()
 agent_app = typer.Typer(no_args_is_help=True, help="Agents: the software that drives a Model through a Task.")
@@ -33,6 +34,8 @@ def _version(spec: AgentSpec) -> str:
 @agent_app.command("list")
 def agent_list(as_json: options.Json = False) -> None:
     """The Agents, their software versions, their Provider rules, and the key their cells carry."""
+    from amber_pipeline.agents.specs import AGENTS
+
     if as_json:
         out.json([{"name": a.name, "version": _version(a), "providers": sorted(a.providers or []),
                    "runs": _where(a), "spec_id": a.spec_id, "description": a.description} for a in AGENTS.values()])
@@ -48,6 +51,9 @@ def agent_build(ctx: typer.Context,
                                                                        "Agent).")] = None) -> None:
     """Build installed Agents' software images now, so their first Trials do not wait for them (a minute each on
     a bare machine; a lookup once built)."""
+    from amber_pipeline.agents.specs import AGENTS, agent_spec
+    from amber_pipeline.sandbox import agent_image, docker_engine
+
     Context.of(ctx).host_only()  # the images go to the engines of the instance's host
     specs = [agent_spec(n) for n in names] if names else [a for a in AGENTS.values() if a.software is not None]
     client = docker_engine.connect()

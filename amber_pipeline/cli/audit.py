@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from amber_pipeline.accounts import audit
 from amber_pipeline.cli import options
 from amber_pipeline.cli.context import Context
 from amber_pipeline.cli.output import out
-from amber_pipeline.money.prices import show
 from amber_pipeline.operations.audit import MAX_ROWS
+
+if TYPE_CHECKING:
+    from amber_pipeline.accounts import audit
 
 app = typer.Typer()
 
@@ -25,6 +26,8 @@ def audit_cmd(ctx: typer.Context,
               as_json: options.Json = False) -> None:
     """Who did what in the acting Workspace, and when, newest first: Quotes, starts, cancels, continuations and
     Credits, and the tokens made or revoked that are yours."""
+    from amber_pipeline.money.prices import show
+
     log = Context.of(ctx).call("audit_log", limit=limit, all=everything)
     if as_json:
         out.json([{"at": e.at.isoformat(), "workspace": e.workspace, "user": e.user, "action": e.action,

@@ -5,21 +5,18 @@ from __future__ import annotations
 import contextlib
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from amber_pipeline.analysis import task_review
 from amber_pipeline.benchmarks import adapters, lint, registry, uploads
-from amber_pipeline.benchmarks.tasks import no_benchmark
 from amber_pipeline.cli import options
-from amber_pipeline.cli.client import folder_archive
 from amber_pipeline.cli.context import Context
-from amber_pipeline.cli.jobs import print_notice, print_quote, watch
 from amber_pipeline.cli.output import out
-from amber_pipeline.jobs import quotes
-from amber_pipeline.money.prices import show
-from amber_pipeline.operations.benchmarks import Validation
+
+if TYPE_CHECKING:
+    from amber_pipeline.operations.benchmarks import Validation
 
 app = typer.Typer()
 benchmark_app = typer.Typer(no_args_is_help=True, help="Upload, validate and publish Benchmarks; list and show "
@@ -41,6 +38,9 @@ def upload(ctx: typer.Context,
                "--allow-host", help="A host the Tasks' Environments may reach (the network allowlist); repeat for "
                                     "several. Without any, they reach only the model proxy.")] = None) -> None:
     """Check an archive of Tasks into your Workspace: each Task's format and limits, then its validation Quote."""
+    from amber_pipeline.jobs import quotes
+    from amber_pipeline.money.prices import show
+
     c = Context.of(ctx)
     if not file.is_file() or (c.remote is None and c.paths.holds(file)):  # paths are not permissions
         raise uploads.no_archive(file)
@@ -65,6 +65,8 @@ def validate(ctx: typer.Context, upload_id: UploadId,
              wait: Annotated[bool, typer.Option("--wait", help="Follow the validation Job, then print each Task's "
                                                               "verdict.")] = False) -> None:
     """Accept an upload's validation Quote and run it: one oracle and one nop Trial per Task."""
+    from amber_pipeline.cli.jobs import print_notice, print_quote, watch
+
     c = Context.of(ctx)
     started = c.call("benchmark_validate", upload_id=upload_id)
     if started.job is None:
@@ -102,6 +104,10 @@ def lint_(ctx: typer.Context,
                                      "through the model proxy: " + task_review.RUBRIC.replace("\n", " "))] = None,
           strict: Annotated[bool, typer.Option("--strict", help="Exit 1 on warnings too.")] = False,
           as_json: options.Json = False) -> None:
+    from amber_pipeline.benchmarks.tasks import no_benchmark
+    from amber_pipeline.cli.client import folder_archive
+    from amber_pipeline.money.prices import show
+
     c = Context.of(ctx)
     if c.remote is None and c.paths.holds(path):  # paths are not permissions: stored Tasks are not yours to read
         raise no_benchmark(path)

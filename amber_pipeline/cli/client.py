@@ -16,17 +16,17 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
-
-import httpx
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from amber_pipeline.accounts import identity
-from amber_pipeline.accounts.tokens import SignInRefused
-from amber_pipeline.errors import AmberError, Forbidden, NotFound
-from amber_pipeline.operations.jobs import FOLDER_SUFFIX
-from amber_pipeline.operations.operation import Operation
+from amber_pipeline.errors import AmberError, Forbidden, NotFound, SignInRefused
 from amber_pipeline.warehouse.files import private_text
+
+if TYPE_CHECKING:  # the HTTP client and the operations are loaded by the first call to a server
+    import httpx
+    from pydantic import BaseModel
+
+    from amber_pipeline.operations.operation import Operation
 
 TIMEOUT_S = 600.0  # an upload of 100 MB, or a long SQL query, answers within this
 KINDS: dict[int, type[AmberError]] = {401: SignInRefused, 403: Forbidden, 404: NotFound}
@@ -72,6 +72,8 @@ class Remote:
 
     def call(self, op: Operation, workspace: str | None, params: BaseModel) -> Any:
         """Run `op` on the server for the token's user in `workspace` (None: their default)."""
+        import httpx
+
         path = op.path_for(workspace, params.model_dump())
         rest = params.model_dump(mode="json", exclude=set(op.path_fields))
         headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
@@ -113,6 +115,8 @@ def _opened(file: Path) -> BinaryIO:
 def folder_archive(folder: Path) -> Iterator[Path]:
     """A folder as a server takes it: NAME.tar.gz holding the folder NAME (links kept as links, which the server
     refuses as it refuses them in an upload), removed after the call."""
+    from amber_pipeline.operations.jobs import FOLDER_SUFFIX
+
     name = folder.resolve().name
     with tempfile.TemporaryDirectory(prefix="amber-folder-") as spool:
         archive = Path(spool) / (name + FOLDER_SUFFIX)

@@ -10,22 +10,18 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from amber_pipeline.analysis import compare as comparison
-from amber_pipeline.analysis import leaderboard as board_of
-from amber_pipeline.analysis import plan as planning
-from amber_pipeline.analysis import source_paths
-from amber_pipeline.analysis.compare import NamedComparison, NamedComparisons, PairedCase, RoundComparison
-from amber_pipeline.analysis.leaderboard import NamedPlacing
-from amber_pipeline.analysis.statistics import Bounds
 from amber_pipeline.cli import options
 from amber_pipeline.cli.context import Context
 from amber_pipeline.cli.output import out
 from amber_pipeline.errors import AmberError
-from amber_pipeline.money.prices import show, usd
+
+if TYPE_CHECKING:
+    from amber_pipeline.analysis.compare import PairedCase, RoundComparison
+    from amber_pipeline.analysis.statistics import Bounds
 
 SHOWN_CASES = 10
 app = typer.Typer()
@@ -40,6 +36,8 @@ def _ci(ci: Bounds) -> str:
 
 
 def _money(x: float) -> str:
+    from amber_pipeline.money.prices import show, usd
+
     return show(usd(x))
 
 
@@ -55,6 +53,8 @@ def _reward(x: float | None) -> str:
 
 def comparison_lines(baseline: str, candidate: str, r: RoundComparison) -> list[str]:
     """A comparison as plain lines, ending with the advice and the costs."""
+    from amber_pipeline.analysis import compare as comparison
+
     how = "by Task and route" if r.pairing == comparison.BY_ROUTE else "by Task only"
     margin = f" (margin {r.margin_points:g} points)" if r.margin_points is not None else " (no margin)"
     q = f", Benjamini-Hochberg q = {r.q_value:.3g}" if r.q_value is not None else ""
@@ -112,6 +112,9 @@ def compare_cmd(
                                               "with zero and the margin marked.")] = None,
 ) -> None:
     """Compare candidates with a baseline on paired cases: interval, verdict, caveats, advice and costs."""
+    from amber_pipeline.analysis import source_paths
+    from amber_pipeline.analysis.compare import NamedComparison, NamedComparisons
+
     routes = _routes_per_side(route, 1 + len(candidates))
     c = Context.of(ctx)
     if plot is not None and c.remote is None:
@@ -156,6 +159,9 @@ def leaderboard_cmd(
     as_json: options.Json = False,
 ) -> None:
     """Place a round on a public board by pass rate and strict pass rate, each as a range of ranks."""
+    from amber_pipeline.analysis import leaderboard as board_of
+    from amber_pipeline.analysis.leaderboard import NamedPlacing
+
     result: NamedPlacing = Context.of(ctx).call(
         "leaderboard", source=source, rows=[row.model_dump() for row in board_of.load_board(board)], route=route,
         total_tasks=total_tasks)
@@ -189,6 +195,8 @@ def plan_cmd(
     as_json: options.Json = False,
 ) -> None:
     """What a round can detect (80% power), and how many Tasks a change needs; rates in percent."""
+    from amber_pipeline.analysis import plan as planning
+
     if tasks is None:
         raise AmberError("Give the number of Tasks in the round with --tasks N.")
     result = planning.plan(tasks, attempts, _percent(rate, "--rate"), _percent(flip_share, "--flip-share"), change)

@@ -12,18 +12,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from pydantic import BaseModel
 
 from amber_pipeline.accounts import identity
-from amber_pipeline.cli.client import Remote
 from amber_pipeline.errors import AmberError
-from amber_pipeline.operations.areas import OPERATIONS
-from amber_pipeline.operations.operation import Acting, call_local, in_workspace
 from amber_pipeline.paths import AmberPaths
-from amber_pipeline.warehouse.catalog import Warehouse
+
+if TYPE_CHECKING:  # the operations, the catalog and the HTTP client are loaded by the command that calls one
+    from pydantic import BaseModel
+
+    from amber_pipeline.cli.client import Remote
+    from amber_pipeline.operations.operation import Acting
+    from amber_pipeline.warehouse.catalog import Warehouse
 
 
 @dataclass
@@ -42,6 +44,8 @@ class Context:
     @cached_property
     def remote(self) -> Remote | None:
         """The server to ask, when AMBER_URL (or a saved login) names one."""
+        from amber_pipeline.cli.client import Remote
+
         found = Remote.from_env()
         if found is not None and self.user is not None:
             raise AmberError(f"--user is for the embedded default only: against {found.url} you act as whoever "
@@ -51,7 +55,10 @@ class Context:
     def call(self, name: str, params: BaseModel | None = None, /, **fields: Any) -> Any:
         """The record of the operation `name` (params given, or made of `fields`), acting in --workspace (else
         the config's, else the user's default)."""
-        op = OPERATIONS[name]
+        from amber_pipeline.operations import areas
+        from amber_pipeline.operations.operation import call_local
+
+        op = areas.find(name)
         chosen = params if params is not None else op.params(**fields)
         workspace = self.workspace or identity.load_config().get("workspace")
         if self.remote is not None:
@@ -68,6 +75,8 @@ class Context:
 
     @cached_property
     def warehouse(self) -> Warehouse:
+        from amber_pipeline.warehouse.catalog import Warehouse
+
         self.host_only()
         return Warehouse(self.paths)
 
@@ -78,4 +87,6 @@ class Context:
     def acting(self, *, reads: bool = False) -> Acting:
         """The warehouse, the actor and the Workspace they act in (membership checked), on this machine; for a
         command that only `reads`, a first user's default Workspace is not made."""
+        from amber_pipeline.operations.operation import in_workspace
+
         return in_workspace(self.warehouse, self.actor, reads=reads)

@@ -8,19 +8,11 @@ from typing import Annotated
 
 import typer
 
-from amber_pipeline import embedded
 from amber_pipeline.agents.specs import AGENTS, DEFAULT_AGENT, agent_spec
 from amber_pipeline.cli.context import Context
-from amber_pipeline.cli.jobs import follow, print_notice, print_quote
-from amber_pipeline.cli.money import print_wallet
 from amber_pipeline.cli.output import out
 from amber_pipeline.errors import AmberError
-from amber_pipeline.jobs import lifecycle
-from amber_pipeline.jobs.request import JobRequest
-from amber_pipeline.money import wallet
-from amber_pipeline.operations.jobs import launch
 from amber_pipeline.paths import PROJECT_ROOT
-from amber_pipeline.sandbox import docker_engine
 
 app = typer.Typer()
 daemon_app = typer.Typer(no_args_is_help=True, help="The embedded Dagster daemon that starts cell runs.")
@@ -36,6 +28,8 @@ def ui(ctx: typer.Context,
        host: Annotated[str, typer.Option("--host", help="The address to serve on.")] = "127.0.0.1",
        port: Annotated[int, typer.Option("--port", help="The port to serve on.")] = 3000) -> None:
     """Serve Amber's web app and the Dagster UI, and run the daemon, on the embedded instance (Ctrl-C stops both)."""
+    from amber_pipeline import embedded
+
     c = Context.of(ctx)
     c.host_only()
     if not _loopback(host):
@@ -75,6 +69,8 @@ def view(ctx: typer.Context, job: Annotated[str, typer.Argument(help="The Job wh
 @daemon_app.command("start")
 def daemon_start(ctx: typer.Context) -> None:
     """Start the daemon in the background, unless it runs already."""
+    from amber_pipeline import embedded
+
     c = Context.of(ctx)
     c.host_only()
     pid = embedded.start_daemon(c.paths)
@@ -84,6 +80,8 @@ def daemon_start(ctx: typer.Context) -> None:
 @daemon_app.command("stop")
 def daemon_stop(ctx: typer.Context) -> None:
     """Stop the daemon this instance runs."""
+    from amber_pipeline import embedded
+
     c = Context.of(ctx)
     c.host_only()
     stopped = embedded.stop_daemon(c.paths)
@@ -98,6 +96,15 @@ def demo(ctx: typer.Context,
     """Run the bundled demo: an Agent (terminus-2 unless --agent says otherwise) with two replay Model
     Configurations, oracle and nop as bounds; then the Direct Agent on the static example Benchmark. Every model
     call goes through the model proxy, which meters it."""
+    from amber_pipeline import embedded
+    from amber_pipeline.cli.jobs import follow, print_notice, print_quote
+    from amber_pipeline.cli.money import print_wallet
+    from amber_pipeline.jobs import lifecycle
+    from amber_pipeline.jobs.request import JobRequest
+    from amber_pipeline.money import wallet
+    from amber_pipeline.operations.jobs import launch
+    from amber_pipeline.sandbox import docker_engine
+
     spec = agent_spec(agent)
     c = Context.of(ctx)
     c.host_only()

@@ -4,30 +4,26 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from pydantic import BaseModel, Field
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from amber_pipeline.agents.specs import DEFAULT_AGENT
-from amber_pipeline.analysis import render_report, sources
-from amber_pipeline.analysis.plan import detectable_change_sentence
 from amber_pipeline.analysis.report import CellComparison, MeteringDisagreement, MissingTasks, ReportCell, absent
-from amber_pipeline.benchmarks import registry
 from amber_pipeline.cli import options
-from amber_pipeline.cli.client import folder_archive
 from amber_pipeline.cli.context import Context
 from amber_pipeline.cli.output import inert, out
-from amber_pipeline.jobs import records
-from amber_pipeline.jobs.quotes import Quote
-from amber_pipeline.jobs.request import JobRequest
-from amber_pipeline.money.prices import show
-from amber_pipeline.operations.jobs import QuoteRequest, Results
+
+if TYPE_CHECKING:
+    from amber_pipeline.jobs import records
+    from amber_pipeline.jobs.quotes import Quote
+    from amber_pipeline.jobs.request import JobRequest
+    from amber_pipeline.operations.jobs import QuoteRequest, Results
 
 app = typer.Typer()
 job_app = typer.Typer(no_args_is_help=True, help="Quote, start, follow and cancel Jobs.")
@@ -79,6 +75,8 @@ def job_continue(ctx: typer.Context, job_id: options.JobId,
                      "12.50)."))] = None) -> None:
     """Go on with a Job past its ceiling (or cancelled, or running near its ceiling): reserve what its missing
     Trials need and run them in the same Job."""
+    from amber_pipeline.money.prices import show
+
     started = Context.of(ctx).call("job_continue", job_id=job_id, amount=amount)
     made = started.quote
     assert made is not None
@@ -142,6 +140,8 @@ class ShownResults(BaseModel):
 def results(ctx: typer.Context, job_id: options.JobId, as_json: options.Json = False) -> None:
     """The cells of a Job's report: each cell's score with its 95% bootstrap CI, and the paired comparisons; for a
     Job that stopped early (ceiling_reached or cancelled), also the Tasks it left without a scored Trial."""
+    from amber_pipeline.analysis import render_report, sources
+
     found = Context.of(ctx).call("job_results", job_id=job_id)
     job = found.job
     if found.report is None and found.missing_tasks is None:
@@ -171,6 +171,8 @@ def _shown_report(found: Results) -> ShownResults:
 
 
 def _print_cells(shown: ShownResults) -> None:
+    from amber_pipeline.analysis import render_report
+
     for line in (render_report.render_cells(shown.cells, shown.comparisons, shown.missing_tasks)
                  + render_report.render_metering(shown.metering_disagreements)):
         out.line(line)
@@ -179,6 +181,10 @@ def _print_cells(shown: ShownResults) -> None:
 @contextlib.contextmanager
 def sent(c: Context, request: JobRequest) -> Iterator[QuoteRequest]:
     """The request as a Quote takes it: through the API, a Benchmark folder here travels as NAME.tar.gz of it."""
+    from amber_pipeline.benchmarks import registry
+    from amber_pipeline.cli.client import folder_archive
+    from amber_pipeline.operations.jobs import QuoteRequest
+
     folder = Path(request.benchmark)
     if c.remote is None or registry.is_label(request.benchmark) or not folder.is_dir():
         yield QuoteRequest.of(request)
@@ -188,6 +194,9 @@ def sent(c: Context, request: JobRequest) -> Iterator[QuoteRequest]:
 
 
 def print_quote(made: Quote | None) -> None:
+    from amber_pipeline.analysis.plan import detectable_change_sentence
+    from amber_pipeline.money.prices import show
+
     if made is None:
         return
     out.table(["cell", "Tasks", "Trials/Task", "per Trial", "total", "estimate"],
@@ -207,9 +216,19 @@ def print_notice(notice: str | None) -> None:
         out.line(notice)
 
 
+# What reading a finished Job's results imports on this machine, beyond what following it did: the scoring engine
+# and the warehouse's views its report reads, and pandas, which DuckDB loads for them (half a second together).
+RESULTS_IMPORTS = ("pandas", "amber_pipeline.scoring.engine", "amber_pipeline.warehouse.views")
+
+
 def follow(c: Context, job_id: str) -> None:
-    """A progress bar over the Job's Trials until it has ended and no cell still runs; then its results."""
-    job = watch(c, job_id)
+    """A progress bar over the Job's Trials until it has ended and no cell still runs; then its results.
+
+    On this machine, what its results will import is imported while the Job runs, so they print as soon as it
+    ends."""
+    from amber_pipeline.analysis import render_report
+
+    job = watch(c, job_id, meanwhile=None if c.remote is not None else lambda: _import_all(RESULTS_IMPORTS))
     if job.status != "completed":
         out.line(f"{job_id} ended {job.status}" + (f": {job.message}" if job.message else "."))
     found = c.call("job_results", job_id=job_id)
@@ -221,8 +240,30 @@ def follow(c: Context, job_id: str) -> None:
     _print_cells(_shown_report(found))
 
 
-def watch(c: Context, job_id: str) -> records.Job:
-    """A progress bar over the Job's Trials until it has ended and no cell still runs; the ended Job."""
+def _import_all(modules: tuple[str, ...]) -> None:
+    import importlib
+
+    for module in modules:
+        importlib.import_module(module)
+
+
+POLL_SEC = 1.0  # the longest a follower goes without reading the Job's state
+CHANGE_POLL_SEC = 0.01  # how often a follower on this machine looks whether the catalog changed: a stat, no read
+
+
+def watch(c: Context, job_id: str, meanwhile: Callable[[], None] | None = None) -> records.Job:
+    """A progress bar over the Job's Trials until it has ended and no cell still runs; the ended Job. ``meanwhile``
+    runs once, at the first wait (a change during it is seen right after it).
+
+    On this machine's DuckDB catalog the Job's state is read again as soon as the catalog's files change (every
+    step of a Job is a catalog write: a batch of Trials charged, a cell ended), so the bar follows the Trials and
+    the wait ends when the last cell's results are stored, not a poll interval later; at least every
+    :data:`POLL_SEC` it is read anyway. Through a server, or on PostgreSQL, it is read every :data:`POLL_SEC`.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    changed = _catalog_changes(c)
+    seen = changed()
     found = c.call("job_status", job_id=job_id)
     print_notice(found.notice)
     with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
@@ -232,5 +273,47 @@ def watch(c: Context, job_id: str) -> records.Job:
             progress.update(bar, completed=found.finished)
             if found.settled:
                 return found.job
-            time.sleep(1)
+            if meanwhile is not None:
+                meanwhile()
+                meanwhile = None
+            seen = _wait_for_change(changed, seen)
             found = c.call("job_status", job_id=job_id)
+
+
+def _catalog_changes(c: Context) -> Callable[[], object]:
+    """What tells that the catalog may have changed: the size, time and inode of this machine's DuckDB catalog file
+    and of its write-ahead log (a commit changes one of them); a constant where there is no file to look at."""
+    import os
+
+    from amber_pipeline import settings
+
+    if c.remote is not None:
+        return lambda: None
+    kind, location = settings.catalog_url(c.paths)
+    if kind != "duckdb":
+        return lambda: None
+    files = (location, f"{location}.wal")
+
+    def signature() -> object:
+        stats: list[tuple[int, int, int] | None] = []
+        for name in files:
+            try:
+                st = os.stat(name)
+            except FileNotFoundError:
+                stats.append(None)
+            else:
+                stats.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        return tuple(stats)
+
+    return signature
+
+
+def _wait_for_change(changed: Callable[[], object], seen: object) -> object:
+    """Wait until ``changed()`` differs from ``seen``, or :data:`POLL_SEC` has passed; its value then (taken
+    before the read that follows, so a change during that read is not missed)."""
+    deadline = time.monotonic() + POLL_SEC
+    while True:
+        now = changed()
+        if now != seen or time.monotonic() >= deadline:
+            return now
+        time.sleep(CHANGE_POLL_SEC)

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from amber_pipeline.cli import options
 from amber_pipeline.cli.context import Context
 from amber_pipeline.cli.output import out
-from amber_pipeline.models import configurations
-from amber_pipeline.operations.models import Shown
+
+if TYPE_CHECKING:
+    from amber_pipeline.operations.models import Shown
 
 app = typer.Typer()
 model_app = typer.Typer(no_args_is_help=True, help="Model Configurations: a Model, its pinned Provider, its "
@@ -63,5 +64,7 @@ def model_add(ctx: typer.Context,
                                                         "(input, cached_input, output, source) and [settings].")]
               ) -> None:
     """Add a Model Configuration of your own to your Workspace."""
+    from amber_pipeline.models import configurations
+
     added = Context.of(ctx).call("model_add", toml=configurations.file_text(path), source=str(path))
     out.line(f"{'Added' if added.new else 'Already there:'} {added.shown.ref} to Workspace {added.workspace}.")

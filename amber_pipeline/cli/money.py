@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from amber_pipeline.accounts import identity
 from amber_pipeline.cli import options
 from amber_pipeline.cli.context import Context
 from amber_pipeline.cli.output import out
-from amber_pipeline.money import wallet
-from amber_pipeline.money.prices import show
+
+if TYPE_CHECKING:
+    from amber_pipeline.money import wallet
 
 app = typer.Typer()
 workspace_app = typer.Typer(no_args_is_help=True, help="Workspaces and their members.")
@@ -48,6 +48,8 @@ def workspace_list(ctx: typer.Context) -> None:
 @workspace_app.command("use")
 def workspace_use(ctx: typer.Context, name: WorkspaceName) -> None:
     """Make a Workspace your default (in your config file)."""
+    from amber_pipeline.accounts import identity
+
     c = Context.of(ctx)
     c.workspace = name
     c.call("workspace_show")  # a member of it, or refused
@@ -74,6 +76,8 @@ def credit_add(ctx: typer.Context,
                reason: Annotated[str, typer.Option("--reason", help="Why the Credit is given (required).")] = "",
                ) -> None:
     """Add a Credit to the Wallet of the Workspace named by --workspace (staff only, with a reason)."""
+    from amber_pipeline.money.prices import show
+
     credited = Context.of(ctx).call("credit_add", amount=amount, reason=reason)
     out.line(f"Credited {show(credited.amount)} to Workspace {credited.workspace}.")
 
@@ -81,6 +85,8 @@ def credit_add(ctx: typer.Context,
 @app.command("wallet")
 def wallet_cmd(ctx: typer.Context, as_json: options.Json = False) -> None:
     """The Wallet of the acting Workspace: balance, reserved, available, and its ledger."""
+    from amber_pipeline.money import wallet
+
     found = Context.of(ctx).call("wallet_read")
     if as_json:
         out.json(wallet.to_json(found.state, found.entries))
@@ -89,6 +95,8 @@ def wallet_cmd(ctx: typer.Context, as_json: options.Json = False) -> None:
 
 
 def print_wallet(state: wallet.WalletState, entries: list[wallet.Entry], last: int | None = None) -> None:
+    from amber_pipeline.money.prices import show
+
     out.line(f"Wallet of {state.workspace}: balance {show(state.balance)}, reserved {show(state.reserved)}, "
              f"available {show(state.available)}")
     targets = {"credit": lambda e: e.reason, "reservation": lambda e: f"{e.quote_id} of {e.job_id}",

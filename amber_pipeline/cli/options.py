@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from amber_pipeline.jobs.request import JobRequest
-from amber_pipeline.money.amounts import parse_amount
 
 _FIELDS = JobRequest.model_fields
 
@@ -38,6 +37,8 @@ Ceiling = Annotated[str | None, typer.Option("--ceiling", metavar="USD", help=_h
 
 def job_request(benchmark: str, agent: str, model: list[str] | None, trials: int, bounds: bool,
                 public: bool, ceiling: str | None = None) -> JobRequest:
+    from amber_pipeline.money.amounts import parse_amount
+
     return JobRequest(benchmark=benchmark, agent=agent, model_configurations=model or [], trials_per_task=trials,
                       bounds=bounds, public=public,
                       ceiling_usd=None if ceiling is None else float(parse_amount(ceiling, "--ceiling")))

@@ -8,26 +8,26 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from amber_pipeline.analysis import source_paths, sources
-from amber_pipeline.analysis.judge import JudgeReport
-from amber_pipeline.analysis.render_report import render_text
-from amber_pipeline.analysis.report import RoundReport
-from amber_pipeline.benchmarks.tasks import find_task_dirs, load_task, no_benchmark
 from amber_pipeline.cli import options
 from amber_pipeline.cli.context import Context
 from amber_pipeline.cli.output import out
 from amber_pipeline.errors import AmberError
 from amber_pipeline.operations.reports import REPORT_FILE
 
+if TYPE_CHECKING:
+    from amber_pipeline.analysis.report import RoundReport
+
 app = typer.Typer()
 
 
 def read_tasks(path: Path) -> tuple[list[str], dict[str, float]]:
     """All Task names of a Benchmark folder, and their agent time limits ([agent].timeout_sec)."""
+    from amber_pipeline.benchmarks.tasks import find_task_dirs, load_task
+
     dirs = find_task_dirs(path)
     base = path if dirs != [path] else path.parent
     specs = [load_task(d, base) for d in dirs]
@@ -37,6 +37,8 @@ def read_tasks(path: Path) -> tuple[list[str], dict[str, float]]:
 def read_labels(path: Path, c: Context) -> dict[str, str]:
     """labels.json: one JSON object, trial name -> cause; on this machine's instance, one the Workspace may not
     read reads as missing (a server's client reads its own files)."""
+    from amber_pipeline.analysis import source_paths
+
     missing = AmberError(f"No labels file at {path}: give the path of labels.json.")
     if c.remote is None:
         acting = c.acting(reads=True)
@@ -54,6 +56,7 @@ def read_labels(path: Path, c: Context) -> dict[str, str]:
 
 
 def _plotter() -> Callable[[RoundReport, Path], list[Path]]:
+
     try:
         plots = importlib.import_module("amber_pipeline.analysis.plots")
     except ModuleNotFoundError as e:
@@ -77,6 +80,10 @@ def report_cmd(
     plot: options.Plot = None,
 ) -> None:
     """Pass rates with 95% intervals, why attempts failed, near misses and the cells of one round."""
+    from amber_pipeline.analysis import source_paths
+    from amber_pipeline.analysis.render_report import render_text
+    from amber_pipeline.benchmarks.tasks import no_benchmark
+
     draw_plots = _plotter() if plot is not None else None
     c = Context.of(ctx)
     if tasks is not None and c.remote is None and c.paths.holds(tasks):  # paths are not permissions
@@ -103,6 +110,8 @@ def report_cmd(
 def import_harbor(ctx: typer.Context, folder: Annotated[Path, typer.Argument(
         help="A job folder `harbor run` wrote (jobs/<job name>).")]) -> None:
     """Import a Harbor job folder's finished trials for reports and `amber sql` (view imported_trials)."""
+    from amber_pipeline.analysis import sources
+
     acting = Context.of(ctx).acting(reads=True)
     name, rows = sources.import_harbor(acting.wh, acting.workspace, folder)
     out.line(f"Imported {name}: {rows} Trials into Workspace {acting.workspace}. Query them with "
@@ -117,6 +126,9 @@ def judge_cmd(ctx: typer.Context, source: options.Source,
                                                                 "stage.")] = None,
               as_json: options.Json = False) -> None:
     """Sort failed Trials into stages (understand, write, verify, other) with a model judge."""
+    from amber_pipeline.analysis import source_paths
+    from amber_pipeline.analysis.judge import JudgeReport
+
     c = Context.of(ctx)
     labels = None
     if stage_labels is not None:

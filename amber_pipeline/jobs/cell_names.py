@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from amber_pipeline.cells import NO_MODEL, Cell
 from amber_pipeline.warehouse.catalog import Connection, Warehouse
+from amber_pipeline.warehouse.locks import lock_names
 
 
 def assign(con: Connection, cells: list[Cell], benchmark_label: str) -> None:
@@ -19,8 +20,13 @@ def assign(con: Connection, cells: list[Cell], benchmark_label: str) -> None:
     A name already taken by another cell (an Agent Version or Model Configuration changed under the same
     name, or another owner's label) gets the short ids that tell them apart; the cell key stays the identity.
     """
-    for cell in cells:
-        if con.execute("select 1 from cell_names where cell_key = ?", [cell.key]).fetchone():
+    unnamed = [cell for cell in cells
+             if not con.execute("select 1 from cell_names where cell_key = ?", [cell.key]).fetchone()]
+    if not unnamed:
+        return
+    lock_names(con, "cell_names")  # a write of another Workspace may be naming the same cell, or taking a name
+    for cell in unnamed:
+        if con.execute("select 1 from cell_names where cell_key = ?", [cell.key]).fetchone():  # it did, first
             continue
         for candidate in _candidate_names(cell, benchmark_label):
             if "..." in candidate:  # Dagster refuses it in a partition key

@@ -33,20 +33,21 @@ from amber_pipeline.warehouse.schemas import TRANSCRIPT_SCHEMA, TrialRecord, tri
 
 
 def run_trials(wh: Warehouse, job_id: str, cell_key: str,
-               on_trial_done: Callable[[TrialRecord], None] | None = None,
+               on_trials_done: Callable[[list[TrialRecord]], None] | None = None,
                prices: Prices = PRICES) -> list[TrialRecord]:
     """Run the Job's Trials of one cell and store them; a cell that could not run is marked failed (one that
     ran waits for :func:`store_results`).
 
     An earlier run of the cell in this Job (one that died, or one that stopped at the Job's ceiling before
     `amber job continue`) may have stored Trials already: the scored ones are kept, charged now if their run
-    died before it charged them (each once), and only the others run. Those that ran go to ``on_trial_done``.
+    died before it charged them (each once), and only the others run. Those that ran go to ``on_trials_done`` as
+    they are stored: one at a time for a container's Trials, a batch at a time for static ones.
 
     Whatever fails, from the cell's first read on, ends the cell failed (its Job settles), since a cell left
     pending by a run that failed would hold its Job open forever: nothing launches a cell that has a run.
     """
     try:
-        return _run_trials(wh, job_id, cell_key, on_trial_done, prices)
+        return _run_trials(wh, job_id, cell_key, on_trials_done, prices)
     except placement.EngineLost as lost:
         lifecycle.move_cell(wh, job_id, cell_key, str(lost))  # placed again at the next claim
         raise
@@ -55,8 +56,8 @@ def run_trials(wh: Warehouse, job_id: str, cell_key: str,
         raise
 
 
-def _run_trials(wh: Warehouse, job_id: str, cell_key: str, on_trial_done: Callable[[TrialRecord], None] | None,
-                prices: Prices) -> list[TrialRecord]:
+def _run_trials(wh: Warehouse, job_id: str, cell_key: str,
+                on_trials_done: Callable[[list[TrialRecord]], None] | None, prices: Prices) -> list[TrialRecord]:
     run = lifecycle.open_cell_run(wh, job_id, cell_key, prices)
     if not lifecycle.start_cell(wh, job_id, cell_key):  # cancelled or at its ceiling before this run began
         return []
@@ -79,9 +80,8 @@ def _run_trials(wh: Warehouse, job_id: str, cell_key: str, on_trial_done: Callab
             wh.write_parquet(trials_table(stored), rows)
         if any(r.error_type == ProviderSignal.CEILING for r in records):  # the proxy refused a call past the pool
             lifecycle.reach_ceiling(wh, job_id, "a model call would have passed the Job's Quote")
-        for record in records:
-            if on_trial_done is not None:
-                on_trial_done(record)
+        if on_trials_done is not None:
+            on_trials_done(records)
         if folders:
             harbor_job.write(run)
 
@@ -122,10 +122,10 @@ def store_results(wh: Warehouse, cell_key: str, job_id: str | None) -> engine.Sc
 
 
 def run_cell_of_job(wh: Warehouse, job_id: str, cell_key: str,
-                    on_trial_done: Callable[[TrialRecord], None] | None = None,
+                    on_trials_done: Callable[[list[TrialRecord]], None] | None = None,
                     prices: Prices = PRICES) -> list[TrialRecord]:
     """What a cell run does, in this process: the Trials, then the results."""
-    ran = run_trials(wh, job_id, cell_key, on_trial_done, prices)
+    ran = run_trials(wh, job_id, cell_key, on_trials_done, prices)
     store_results(wh, cell_key, job_id)
     return ran
 

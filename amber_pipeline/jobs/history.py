@@ -25,12 +25,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from amber_pipeline.benchmarks.registry import PUBLIC
 from amber_pipeline.cells import agent_model
 from amber_pipeline.models.wire import Usage
 from amber_pipeline.warehouse.catalog import Connection
-from amber_pipeline.warehouse.schemas import TrialRecord
+
+if TYPE_CHECKING:  # Arrow's schemas: not for a command that only quotes
+    from amber_pipeline.warehouse.schemas import TrialRecord
 
 # A cached image is found in milliseconds; a Trial whose image time passes this built it, or waited for a build.
 IMAGE_BUILT_SEC = 1.0

@@ -18,12 +18,14 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from amber_pipeline import user_text
 from amber_pipeline.accounts import audit, workspaces
 from amber_pipeline.agents.specs import agent_spec
 from amber_pipeline.benchmarks import registry
@@ -42,10 +44,10 @@ from amber_pipeline.money import wallet
 from amber_pipeline.money.amounts import parse_amount
 from amber_pipeline.money.prices import PRICES, Prices, show, usd
 from amber_pipeline.warehouse.catalog import Connection, Warehouse
-from amber_pipeline.warehouse.schemas import TrialRecord
 
-if TYPE_CHECKING:  # the runner imports the proxy and aiohttp: not for a CLI that only quotes and starts
+if TYPE_CHECKING:  # the runner imports the proxy and aiohttp, the schemas Arrow: not for a CLI that only quotes
     from amber_pipeline.jobs.trial_runner import CellRun
+    from amber_pipeline.warehouse.schemas import TrialRecord
 
 TRANSITIONS: dict[str, set[str]] = {
     "quoted": {"running", "cancelled"},
@@ -112,6 +114,7 @@ class Estimate:
     quoted: list[quotes.CellQuote]
     n_tasks: int
     folder: FolderTasks | None = None  # a folder's Tasks, stored and recorded only when the Quote is made
+    version: BenchmarkVersion | None = None  # what was priced: its summaries are kept when the Quote is made
 
     @property
     def total(self) -> Decimal:
@@ -126,13 +129,32 @@ class Validation:
     label: str  # how the Job names it, e.g. "validation of upl-1234567890"
 
 
-def estimate(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now: datetime | None = None,
-             prices: Prices = PRICES, validation: Validation | None = None) -> Estimate:
-    """Check a request and price each of its cells, writing and reserving nothing (a refused request raises:
-    every check that can refuse a Quote but the Wallet's runs here). A validation Job's Trials are priced at
-    their Tasks' time limits."""
+@dataclass(frozen=True)
+class _Checked:
+    """A request that passed every check a Quote makes before pricing, and what they found: its Benchmark
+    Version (a folder's Tasks read but not stored: ``folder``), whose it is, its label, and the Job's cells."""
+
+    version: BenchmarkVersion
+    owner: str
+    label: str
+    folder: FolderTasks | None
+    cells: list[Cell]
+
+
+def _check(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now: datetime | None = None,
+           validation: Validation | None = None) -> _Checked:
+    """Every check that can refuse a Quote of the request but the Wallet's, in its sentence; writes nothing (but
+    releasing the Quotes past their hour, as every Quote does first). Its reads of the catalog share one
+    connection."""
     mcs = request.check(wh.paths, workspace)
     expire_due(wh, now or datetime.now(UTC))
+    with wh.reading():
+        return _found(wh, workspace, user, request, mcs, validation)
+
+
+def _found(wh: Warehouse, workspace: str, user: str, request: JobRequest, mcs: list[ModelConfiguration],
+           validation: Validation | None) -> _Checked:
+    """The checks of `_check` that read the request's Benchmark, its Tasks and the Workspace."""
     folder = None
     if validation is not None:
         version, owner, label = validation.version, workspace, validation.label
@@ -140,14 +162,43 @@ def estimate(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, n
         version, owner, label, folder = resolve_benchmark(wh, request, workspace, user)
     within_limits(version.tasks)
     _check_fit(wh, workspace, request, version, mcs, private=owner != registry.PUBLIC)
-    cells = request.cells(version, mcs)
-    tasks = quotes.task_facts(version)
-    # The Job's cells share its Tasks' images: a build is priced once, in the first cell's estimate.
-    built = [replace(f, image_built=True) for f in tasks]
-    return Estimate(version.id, owner, label, cells,
-                    [quotes.estimate_cell(wh, workspace, c, tasks if i == 0 else built, request.trials_per_task,
-                                          prices, at_limits=validation is not None) for i, c in enumerate(cells)],
-                    len(version.tasks), folder)
+    return _Checked(version, owner, label, folder, request.cells(version, mcs))
+
+
+# How many times a request was priced (`estimate`) in the current context, when one counts (`pricings`)
+_PRICINGS: ContextVar[list[int] | None] = ContextVar("amber_pricings", default=None)
+
+
+@contextlib.contextmanager
+def pricings() -> Iterator[Callable[[], int]]:
+    """Count the pricings in the block (of a Job request, `estimate`, or of going on with a Job,
+    `price_continuation`), in this context only (a run's step, a request's thread): what a launch reports of
+    itself, so that a bench can see it priced a Job once."""
+    counter = [0]
+    token = _PRICINGS.set(counter)
+    try:
+        yield lambda: counter[0]
+    finally:
+        _PRICINGS.reset(token)
+
+
+def _priced_once_more() -> None:
+    if (counter := _PRICINGS.get()) is not None:
+        counter[0] += 1
+
+
+def estimate(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now: datetime | None = None,
+             prices: Prices = PRICES, validation: Validation | None = None) -> Estimate:
+    """Check a request and price each of its cells, writing and reserving nothing (a refused request raises:
+    every check that can refuse a Quote but the Wallet's runs here). A validation Job's Trials are priced at
+    their Tasks' time limits."""
+    checked = _check(wh, workspace, user, request, now=now, validation=validation)
+    tasks = quotes.task_facts(checked.version, wh.paths)
+    _priced_once_more()
+    return Estimate(checked.version.id, checked.owner, checked.label, checked.cells,
+                    quotes.estimate_cells(wh, workspace, checked.cells, tasks, request.trials_per_task, prices,
+                                          at_limits=validation is not None),
+                    len(checked.version.tasks), checked.folder, checked.version)
 
 
 @dataclass(frozen=True)
@@ -163,6 +214,27 @@ class Priced:
         """What making the Quote reserves: the estimate, or the user's ceiling above it."""
         return sum((Decimal(c.total) for c in self.cells), Decimal(0))
 
+    def shown(self, job_id: str, at: datetime | None = None) -> ShownQuote:
+        """This pricing as it is shown to a user now, to be confirmed under ``job_id``."""
+        return ShownQuote(job_id, self.estimate.benchmark_version_id, self.cells, at or datetime.now(UTC))
+
+
+@dataclass(frozen=True)
+class ShownQuote:
+    """A Quote as a user was shown it, nothing reserved yet: the Job's id it was shown under, the Benchmark Version
+    it priced, each cell's price as `price` made it (a ceiling of the user's own spread over them), and when.
+    Confirming it (`quote` given ``shown``) reserves exactly these prices, and prices nothing again. Only the
+    server makes one: a page carries it signed (`shown_tokens`), the launchpad in its run's own step output."""
+
+    job_id: str
+    benchmark_version_id: str
+    cells: list[quotes.CellQuote]
+    shown_at: datetime
+
+    @property
+    def amount(self) -> Decimal:
+        return sum((Decimal(c.total) for c in self.cells), Decimal(0))
+
 
 def price(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now: datetime | None = None,
           prices: Prices = PRICES, validation: Validation | None = None) -> Priced:
@@ -173,24 +245,55 @@ def price(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now:
     return Priced(priced, quotes.with_ceiling(priced.quoted, request.ceiling_usd))
 
 
+def as_shown(wh: Warehouse, workspace: str, user: str, request: JobRequest, shown: ShownQuote, *,
+             now: datetime | None = None, validation: Validation | None = None) -> Priced:
+    """The Quote ``shown`` to ``user``, as `quote` reserves it: every check that can refuse a Quote runs again (the
+    request's own rules, the Workspace's sight of its Benchmark, its Provider policy, the Tasks' limits; the
+    Wallet's when it is reserved), but nothing is priced again. Refused in one sentence, reserving nothing, once
+    its hour has passed, or when the request no longer makes the Benchmark Version and cells that were priced (a
+    folder edited since, an Agent updated): its price is not the price of what would run."""
+    now = now or datetime.now(UTC)
+    if now - shown.shown_at > quotes.LIFETIME:
+        raise AmberError(f"The Quote you confirm was shown at {shown.shown_at.astimezone(UTC):%Y-%m-%d %H:%M UTC}, "
+                         "more than an hour ago: see the Quote again and confirm that one.")
+    checked = _check(wh, workspace, user, request, now=now, validation=validation)
+    if checked.version.id != shown.benchmark_version_id:
+        raise AmberError(f"The Tasks of {user_text.quoted(request.benchmark)} changed since their Quote was shown, so "
+                         "that price is not theirs: see the Quote again and confirm that one.")
+    if [c.key for c in checked.cells] != [c.cell_key for c in shown.cells]:
+        raise AmberError("This Job's cells changed since its Quote was shown (an Agent was updated), so that price "
+                         "is not theirs: see the Quote again and confirm that one.")
+    priced = Estimate(checked.version.id, checked.owner, checked.label, checked.cells, shown.cells,
+                      len(checked.version.tasks), checked.folder, checked.version)
+    return Priced(priced, quotes.with_ceiling(shown.cells, request.ceiling_usd))
+
+
 def new_job_id() -> str:
     return f"job-{uuid.uuid4().hex[:10]}"
 
 
 def quote(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now: datetime | None = None,
           prices: Prices = PRICES, validation: Validation | None = None, job_id: str | None = None,
-          at_most: Decimal | None = None) -> Quote:
+          at_most: Decimal | None = None, shown: ShownQuote | None = None, and_start: bool = False) -> Quote:
     """Record a quoted Job and reserve its Quote at once, as `user` (its submitter); it waits for `start`. Nothing
     is written unless the Quote is made: a folder's Tasks are copied aside first, and moved into the store in the
     catalog transaction that records their Version, the Job and the reservation.
 
     ``job_id`` makes the call idempotent: a Job of that id quoted already (by a run that died after quoting it
     and was resumed) is its Quote, and nothing more is reserved. ``at_most`` is the amount a user was shown and
-    agreed to: a Quote that would reserve more is refused, reserving nothing."""
+    agreed to: a Quote that would reserve more is refused, reserving nothing. ``shown`` is the Quote a user was
+    shown and agreed to: it is the one made, under its Job's id, its cells' prices reserved as shown and not
+    priced again (`as_shown`: every check that can refuse runs again, and what no longer holds is refused).
+    ``and_start`` starts the Job made in the same transaction (`submit`)."""
+    if shown is not None:
+        if job_id not in (None, shown.job_id):
+            raise ValueError(f"job_id {job_id} is not the id {shown.job_id} the Quote was shown under")
+        job_id = shown.job_id
     if job_id is not None and (made := _quote_of(wh, workspace, job_id)) is not None:
         return made
     now = now or datetime.now(UTC)
-    quoted = price(wh, workspace, user, request, now=now, prices=prices, validation=validation)
+    quoted = (price(wh, workspace, user, request, now=now, prices=prices, validation=validation) if shown is None
+              else as_shown(wh, workspace, user, request, shown, now=now, validation=validation))
     priced = quoted.estimate
     job_id = job_id or new_job_id()
     with _kept(priced) as keep, wh.write() as con:
@@ -213,13 +316,19 @@ def quote(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now:
             raise AmberError(f"This Job's Quote is now {show(made.amount)}, more than the {show(at_most)} you were "
                              "shown: get a new Quote and confirm that one.")
         audit.record(con, "quote", user, workspace=workspace, job_id=job_id, quote_id=made.id, amount=made.amount)
-        keep()  # last: a refusal above leaves the store as it was
+        if and_start:  # a Quote just made has not expired, and its Job has not started
+            transition(con, job_id, "running", at=now)
+            audit.record(con, "start", user, workspace=workspace, job_id=job_id, quote_id=made.id)
+        stored = keep() or priced.version  # last: a refusal above leaves the store as it was
+    if stored is not None:
+        quotes.remember(stored, wh.paths)  # the Quote is made: the next one of these Tasks reads none of them
     return made
 
 
 @contextlib.contextmanager
-def _kept(priced: Estimate) -> Iterator[Callable[[], object]]:
-    """The step that moves a folder's Tasks into the store (`FolderTasks.staged`); nothing for a label."""
+def _kept(priced: Estimate) -> Iterator[Callable[[], BenchmarkVersion | None]]:
+    """The step that moves a folder's Tasks into the store (`FolderTasks.staged`) and gives the stored Version;
+    nothing for a label."""
     if priced.folder is None:
         yield lambda: None
         return
@@ -234,8 +343,8 @@ def missing_tasks(wh: Warehouse, workspace: str, job_id: str, prices: Prices = P
     if job.status not in STOPPED_EARLY:
         return []
     version = registry.version(wh, job.benchmark_version_id, job.benchmark_owner)
-    return quotes.to_finish(wh, workspace, job.id, version.id, cells_of(wh, job.id), quotes.task_facts(version),
-                            job.trials_per_task, prices)
+    return quotes.to_finish(wh, workspace, job.id, version.id, cells_of(wh, job.id),
+                            quotes.task_facts(version, wh.paths), job.trials_per_task, prices)
 
 
 def _check_fit(wh: Warehouse, workspace: str, request: JobRequest, version: BenchmarkVersion,
@@ -283,10 +392,12 @@ def start(wh: Warehouse, workspace: str, quote_or_job_id: str, now: datetime | N
 
 def submit(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now: datetime | None = None,
            validation: Validation | None = None, job_id: str | None = None,
-           at_most: Decimal | None = None) -> tuple[Quote, Job]:
-    """Quote a Job and start it at once, as `user`: what `amber job submit` and the UI's start_quote do;
-    idempotent given ``job_id``, refused above ``at_most`` (see `quote`)."""
-    made = quote(wh, workspace, user, request, now=now, validation=validation, job_id=job_id, at_most=at_most)
+           at_most: Decimal | None = None, shown: ShownQuote | None = None) -> tuple[Quote, Job]:
+    """Quote a Job and start it at once, as `user`: what `amber job submit`, the UI's start_quote and the New Job
+    page's Confirm do; idempotent given ``job_id`` (or ``shown``'s), refused above ``at_most``, reserving the
+    Quote ``shown`` as shown (see `quote`)."""
+    made = quote(wh, workspace, user, request, now=now, validation=validation, job_id=job_id, at_most=at_most,
+                 shown=shown, and_start=True)  # one transaction quotes and starts; a Job quoted earlier starts here
     job = get_job(wh, made.job_id, workspace)
     return made, (start(wh, workspace, made.id, now=now, by=user) if job.status == "quoted" else job)
 
@@ -324,7 +435,8 @@ def price_continuation(wh: Warehouse, workspace: str, job_id: str, amount: str |
         raise AmberError(f"Job {job.id} is still stopping its Trials: continue it once `amber job status "
                          f"{job.id}` shows no cell running.")
     version = registry.version(wh, job.benchmark_version_id, job.benchmark_owner)
-    missing = quotes.to_finish(wh, workspace, job.id, version.id, cells, quotes.task_facts(version),
+    _priced_once_more()
+    missing = quotes.to_finish(wh, workspace, job.id, version.id, cells, quotes.task_facts(version, wh.paths),
                                job.trials_per_task, prices)
     if not missing:
         raise AmberError(f"Every Trial of Job {job.id} has its Reward: there is nothing to continue.")
@@ -411,7 +523,7 @@ def open_cell_run(wh: Warehouse, job_id: str, cell_key: str, prices: Prices = PR
         raise AmberError(f"The Agent {jc.agent} changed since Job {job_id} was submitted: submit the Job again.")
     pool = Pool(lambda: pool_left(wh, job_id)) if job.quote_id else None
     policy = workspaces.provider_policy(wh, job.workspace) if job.private else None
-    limits = ({f.name: quotes.validation_stop_seconds(f) for f in quotes.task_facts(version)}
+    limits = ({f.name: quotes.validation_stop_seconds(f) for f in quotes.task_facts(version, wh.paths)}
               if job.purpose == "validation" else None)
     return CellRun(job_id, cell, version, job.trials_per_task, run_dir(wh, job_id, cell.key), job.workspace,
                    private=job.private, prices=prices, pool=pool, allowed_providers=policy, paths=wh.paths,

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from amber_pipeline import settings
 from amber_pipeline.agents.specs import agent_spec
 from amber_pipeline.errors import AmberError
-from amber_pipeline.sandbox import docker_engine, engines
+from amber_pipeline.sandbox import engines
 from amber_pipeline.warehouse.catalog import Connection
 
 
@@ -37,6 +37,8 @@ def answering_pools() -> dict[str, int]:
     slots = engines.pools(listed)
     if len(slots) == 1:
         return slots
+    from amber_pipeline.sandbox import docker_engine  # the Docker SDK: only where an engine is asked
+
     alive = {e.pool for e in listed if docker_engine.answers_within(0, e)}
     return {pool: n for pool, n in slots.items() if pool in alive} or slots
 
@@ -77,6 +79,8 @@ def engine_of(pool: str | None) -> engines.Engine | None:
     if not members:
         raise AmberError(f"The engine pool {pool} is no longer in AMBER_SANDBOX_HOSTS: put it back, or cancel "
                          "the Job and submit it again.")
+    from amber_pipeline.sandbox import docker_engine
+
     return next((e for e in members if docker_engine.answers_within(0, e)), members[0])
 
 

@@ -11,8 +11,8 @@ from what is known of its owner (`history.py`):
   priced from its own declared limits: its Verifier timeout, plus a start-up
   allowance (`ENVIRONMENT_ALLOWANCE_SEC`): "declared limits". A Task whose
   image is not built yet also pays for one build: the mean of its earlier
-  builds, else its build timeout (once per Job: `lifecycle.estimate` prices
-  it in the first cell, since the Job's cells share the image);
+  builds, else its build timeout (once per Job: `estimate_cells` prices it
+  in the first cell, since the Job's cells share the image);
 - the **Agent's part** (its time in the sandbox, and the tokens the model
   proxy metered), from this Workspace's scored Trials of the cell's Agent
   Version and Model Configuration: on this Task ("cell history on the Task"),
@@ -27,6 +27,13 @@ prices, with a headroom of 40% (`HEADROOM`); declared limits are already
 upper bounds and carry none. When Docker cannot be asked whether an image is
 built, it counts as not built, so a Quote never fails for want of Docker.
 Each cell says which source it used for each part, for how many Tasks.
+
+Nothing a Quote needs is derived again from the Tasks' files: their limits and
+hashes come from the Benchmark Version's summary (`benchmarks/summaries.py`),
+their image tags from a summary of their own (`image_tags`), and history from
+the catalog's ``trial_usage``, read once for all the cells (`known_of`). Only
+Docker is asked each time, since images come and go outside Amber: by name,
+one request per image, or one list of them all for a large Benchmark.
 
 The Quote is the Job's spending ceiling, but one pool (`wallet.job_remaining`):
 a cell that runs over its estimate may use what the others did not need, so
@@ -43,6 +50,7 @@ decides when a Quote is made, started, expired or released.
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections import Counter
@@ -50,12 +58,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from decimal import ROUND_DOWN, Decimal
+from pathlib import Path
 from typing import Any
 
-import requests
-from docker.errors import DockerException
-
 from amber_pipeline.agents.specs import agent_spec
+from amber_pipeline.benchmarks import summaries, versions
 from amber_pipeline.benchmarks.versions import BenchmarkVersion
 from amber_pipeline.cells import NO_MODEL, Cell, model_name
 from amber_pipeline.errors import AmberError, NotFound
@@ -65,7 +72,7 @@ from amber_pipeline.models.configurations import model_configuration
 from amber_pipeline.models.wire import Usage
 from amber_pipeline.money import wallet
 from amber_pipeline.money.prices import MICRO, PRICES, Prices, show, usd
-from amber_pipeline.sandbox import docker_engine
+from amber_pipeline.paths import AmberPaths
 from amber_pipeline.warehouse.catalog import Connection, Warehouse
 
 LIFETIME = timedelta(hours=1)
@@ -231,32 +238,66 @@ class Quote:
 
 # ---- what is known of the Tasks ----------------------------------------------------------------------------
 
-def task_facts(version: BenchmarkVersion) -> list[TaskFacts]:
-    """The Benchmark Version's Tasks as a Quote sees them: their time limits, whether their images are built,
-    and their content hashes."""
-    from amber_pipeline.sandbox.task_image import image_tag
-
-    built = _local_images() if any(t.static is None for t in version.tasks) else None
+def task_facts(version: BenchmarkVersion, paths: AmberPaths | None = None) -> list[TaskFacts]:
+    """The Benchmark Version's Tasks as a Quote sees them: their time limits, whether their images are built (the
+    Docker engine is asked, every time), and their content hashes. Given ``paths``, the image tags come from the
+    Version's summary (`image_tags`) rather than from hashing every Environment again."""
+    tags = image_tags(version, paths) if any(t.static is None for t in version.tasks) else {}
+    built = _local_images(set(tags.values())) if tags else None
     facts = []
     for task in version.tasks:
         if task.static is not None:
             facts.append(TaskFacts(task.name, task.agent_timeout_sec, static=True,
                                    task_hash=version.task_hash(task)))
             continue
-        tag = image_tag(version.task_path(task) / "environment", task.docker_image)
         facts.append(TaskFacts(task.name, task.agent_timeout_sec, task.verifier_timeout_sec, task.build_timeout_sec,
-                               image_built=built is not None and tag in built, task_hash=version.task_hash(task)))
+                               image_built=built is not None and tags[task.folder] in built,
+                               task_hash=version.task_hash(task)))
     return facts
 
 
-def _local_images() -> set[str] | None:
-    """The tags of the images the Docker engine holds, or None when it cannot be asked."""
-    try:
-        client = docker_engine.connect(timeout=DOCKER_ASK_TIMEOUT_SEC)
-        # The low-level list is one request; `client.images.list()` inspects every image again, one request each.
-        return {tag for image in client.api.images() for tag in image.get("RepoTags") or ()}
-    except (AmberError, DockerException, requests.RequestException, OSError):
-        return None
+def image_tags(version: BenchmarkVersion, paths: AmberPaths | None = None) -> dict[str, str]:
+    """Each sandboxed Task's image tag (`task_image.image_tag`: its Environment's content hash), by its folder: from
+    the Version's summary when ``paths`` has one (`remember` keeps it), else derived."""
+    key = f"{version.id}-{_tag_rules()}"
+    if key in _derived_tags:
+        return _derived_tags[key]
+    found = summaries.kept(summaries.root_of(paths.benchmarks), "image-tags", key) if paths is not None else None
+    if isinstance(found, dict) and all(isinstance(found.get(t.folder), str) for t in version.tasks if t.static is None):
+        return found
+    from amber_pipeline.sandbox.task_image import image_tag  # Docker's SDK, Harbor's environments: on a miss only
+
+    _derived_tags[key] = {task.folder: image_tag(version.task_path(task) / "environment", task.docker_image)
+                          for task in version.tasks if task.static is None}
+    return _derived_tags[key]
+
+
+# A Version's files never change: tags derived in this process, kept at `remember`.
+_derived_tags: dict[str, dict[str, str]] = {}
+
+
+def remember(version: BenchmarkVersion, paths: AmberPaths) -> None:
+    """Keep what a Quote of the stored Version derived (its reading, `versions.remember`, and its image tags), once
+    the Quote is made: the next Quote of it reads none of its Tasks. A Quote refused writes nothing."""
+    versions.remember(version, paths.benchmarks)
+    if not any(t.static is None for t in version.tasks):
+        return
+    key = f"{version.id}-{_tag_rules()}"
+    kept = summaries.root_of(paths.benchmarks)
+    if summaries.kept(kept, "image-tags", key) is None:
+        summaries.keep(kept, "image-tags", key, image_tags(version, paths))
+
+
+@functools.cache
+def _tag_rules() -> str:
+    return summaries.rules([Path(__file__).resolve().parent.parent / "sandbox" / "task_image.py"], ["harbor"])[:32]
+
+
+def _local_images(tags: set[str]) -> set[str] | None:
+    """Which of ``tags`` the Docker engine holds (`held_images.py`), or None when it cannot be asked."""
+    from amber_pipeline.sandbox.held_images import held
+
+    return held(tags, DOCKER_ASK_TIMEOUT_SEC)
 
 
 # ---- estimates -----------------------------------------------------------------------------------------------
@@ -299,14 +340,14 @@ def _task_part(facts: TaskFacts, known: history.TaskTimes | None) -> tuple[_Part
     return _Part((known.environment_sec + known.verifier_sec) * HEADROOM, TASK_HISTORY), build
 
 
-def _agent_part(facts: TaskFacts, used: dict[str | None, history.AgentUse], prior: Prior) -> _Part:
-    """The Agent's part of one Trial (its time and tokens): from the cell's history on the Task, else on other
-    Tasks (bounded by this one's agent timeout), else its prior, scaled down to the Task's agent timeout."""
-    on_task = used.get(facts.task_hash) if facts.task_hash else None
+def _agent_part(facts: TaskFacts, on_task: history.AgentUse | None, of_cell: history.AgentUse,
+                prior: Prior) -> _Part:
+    """The Agent's part of one Trial (its time and tokens): from the cell's history on the Task (``on_task``),
+    else on every Task (``of_cell``: bounded by this one's agent timeout), else its prior, scaled down to the
+    Task's agent timeout."""
     if on_task is not None:
         usage, seconds = on_task.mean()
         return _Part(seconds * HEADROOM, CELL_TASK_HISTORY, _scaled(usage, HEADROOM))
-    of_cell = sum(used.values(), history.AgentUse())
     if of_cell.trials:
         usage, seconds = of_cell.mean()
         return _Part(min(seconds * HEADROOM, facts.agent_limit_sec), CELL_HISTORY, _scaled(usage, HEADROOM))
@@ -321,11 +362,28 @@ def _agent_part(facts: TaskFacts, used: dict[str | None, history.AgentUse], prio
                  _scaled(usage, scale * HEADROOM))
 
 
-def estimate_tasks(wh: Warehouse, workspace: str, cell: Cell, tasks: Sequence[TaskFacts],
-                   prices: Prices = PRICES, *, at_limits: bool = False) -> list[TaskEstimate]:
+@dataclass(frozen=True)
+class Known:
+    """What history says to a Quote's cells (`history.py`, kept in the catalog as Trials are charged): each Task's
+    times by its hash, and per cell key what its Agent used on each Task."""
+
+    times: dict[str, history.TaskTimes]
+    used: dict[str, dict[str | None, history.AgentUse]]
+
+
+def known_of(wh: Warehouse, workspace: str, cells: Sequence[Cell], tasks: Sequence[TaskFacts]) -> Known:
+    """What history says to the cells about the Tasks, from one read of the catalog."""
+    with wh.read() as con:
+        times = history.task_times(con, workspace, [f.task_hash for f in tasks if f.task_hash and not f.static])
+        return Known(times, {cell.key: history.agent_use(con, workspace, cell.key) for cell in cells})
+
+
+def estimate_tasks(wh: Warehouse, workspace: str, cell: Cell, tasks: Sequence[TaskFacts], prices: Prices = PRICES,
+                   *, at_limits: bool = False, known: Known | None = None) -> list[TaskEstimate]:
     """Each Task's expected cost per Trial in the cell and its image build where the image is not built yet:
-    from history where there is some, else priors and declared limits (see the module's docstring);
-    ``at_limits``: every Trial at its Task's declared limits, whatever is known (validation)."""
+    from history where there is some (``known``, else read now), else priors and declared limits (see the
+    module's docstring); ``at_limits``: every Trial at its Task's declared limits, whatever is known
+    (validation)."""
     sandboxed = not agent_spec(cell.agent).static
     mc = (model_configuration(cell.model_configuration, wh.paths, workspace)
           if cell.model_configuration != NO_MODEL else None)
@@ -334,16 +392,26 @@ def estimate_tasks(wh: Warehouse, workspace: str, cell: Cell, tasks: Sequence[Ta
     prior = AT_LIMITS
     if not at_limits:
         prior, _ = prior_of(cell)
-        with wh.read() as con:
-            times = history.task_times(con, workspace, [f.task_hash for f in tasks if f.task_hash and not f.static])
-            used = history.agent_use(con, workspace, cell.key)
+        if known is None or cell.key not in known.used:
+            known = known_of(wh, workspace, [cell], tasks)
+        times, used = known.times, known.used[cell.key]
+    of_cell = sum(used.values(), history.AgentUse())
+    # Tasks with the same limits and the same history have the same estimate: priced once (1,000 Tasks of one
+    # kind are a few distinct estimates).
+    priced: dict[tuple[Any, ...], tuple[Decimal, Decimal, str | None, str]] = {}
     estimates = []
     for facts in tasks:
-        task, build = _task_part(facts, times.get(facts.task_hash) if facts.task_hash else None)
-        agent = _agent_part(facts, used, prior)
-        seconds = task.seconds + agent.seconds if sandboxed and task is not None else 0.0
-        estimates.append(TaskEstimate(facts.name, usd(prices.trial_cost(mc, agent.usage, seconds)),
-                                      usd(prices.sandbox_cost(build)), task.basis if task else None, agent.basis))
+        task_times = times.get(facts.task_hash) if facts.task_hash else None
+        on_task = used.get(facts.task_hash) if facts.task_hash else None
+        key = (facts.agent_timeout_sec, facts.verifier_timeout_sec, facts.build_timeout_sec, facts.image_built,
+               facts.static, task_times, on_task)
+        if key not in priced:
+            task, build = _task_part(facts, task_times)
+            agent = _agent_part(facts, on_task, of_cell, prior)
+            seconds = task.seconds + agent.seconds if sandboxed and task is not None else 0.0
+            priced[key] = (usd(prices.trial_cost(mc, agent.usage, seconds)), usd(prices.sandbox_cost(build)),
+                           task.basis if task else None, agent.basis)
+        estimates.append(TaskEstimate(facts.name, *priced[key]))
     return estimates
 
 
@@ -375,11 +443,21 @@ def _basis(cell: Cell, estimates: Sequence[TaskEstimate]) -> str:
 
 
 def estimate_cell(wh: Warehouse, workspace: str, cell: Cell, tasks: Sequence[TaskFacts], trials_per_task: int,
-                  prices: Prices = PRICES, *, at_limits: bool = False) -> CellQuote:
+                  prices: Prices = PRICES, *, at_limits: bool = False, known: Known | None = None) -> CellQuote:
     """The cell's estimate over its Tasks (`task_facts`); ``at_limits``: each Trial at its Task's declared
     limits (validation)."""
-    estimates = estimate_tasks(wh, workspace, cell, tasks, prices, at_limits=at_limits)
+    estimates = estimate_tasks(wh, workspace, cell, tasks, prices, at_limits=at_limits, known=known)
     return cell_quote(cell, estimates, {e.task: trials_per_task for e in estimates}, trials_per_task)
+
+
+def estimate_cells(wh: Warehouse, workspace: str, cells: Sequence[Cell], tasks: Sequence[TaskFacts],
+                   trials_per_task: int, prices: Prices = PRICES, *, at_limits: bool = False) -> list[CellQuote]:
+    """A Job's cells' estimates over its Tasks, from one read of history. The cells share the Tasks' images, so a
+    build is priced once, in the first cell's estimate."""
+    known = None if at_limits else known_of(wh, workspace, cells, tasks)
+    built = [replace(f, image_built=True) for f in tasks]
+    return [estimate_cell(wh, workspace, cell, tasks if i == 0 else built, trials_per_task, prices,
+                          at_limits=at_limits, known=known) for i, cell in enumerate(cells)]
 
 
 def cell_quote(cell: Cell, estimates: Sequence[TaskEstimate], trials: dict[str, int],

@@ -216,9 +216,9 @@ def trials_finished(wh: Warehouse, job_id: str) -> int:
     done = 0
     for cell in cells_of(wh, job_id):
         file_id = cell_file_id(cell.cell_key)
-        stored = wh.read_parquet(wh.trials_file(file_id, job_id), [])  # its row count only
+        stored = wh.store.row_count(wh.trials_file(file_id, job_id))
         if stored is not None:
-            done += stored.num_rows
+            done += stored
         else:
             done += sum(1 for _ in run_dir(wh, job_id, cell.cell_key).glob("*/result.json"))
     return done

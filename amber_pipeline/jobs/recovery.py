@@ -34,7 +34,6 @@ from amber_pipeline.cells import cell_file_id
 from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import cell_names, lifecycle, placement, records, workers
 from amber_pipeline.sandbox import engines
-from amber_pipeline.scoring import store
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.schemas import TrialRecord, trials_table
 
@@ -79,6 +78,8 @@ def end_dead_cell(wh: Warehouse, job_id: str, cell_key: str, reason: str) -> str
     if row is None or row[0] != "running":
         return None
     _, owed, version_id, pool = row
+    from amber_pipeline.scoring import store  # the engine (NumPy, Arrow): not for a read that only finds dead cells
+
     _remove_sandboxes(wh, job_id, cell_key, pool)
     stored = len(settle_rows(wh, job_id, cell_key))
     try:

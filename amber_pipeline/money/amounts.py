@@ -59,6 +59,7 @@ _SCHEMA = WithJsonSchema({"type": "string", "pattern": f"^{PLAIN.pattern}$", "ex
 # An amount in a request, as the text the user typed; its refusal names the CLI's option, as the CLI's does.
 Amount = Annotated[str, _as_typed("--amount"), _SCHEMA]
 Ceiling = Annotated[str, _as_typed("--ceiling"), _SCHEMA]
+AtMost = Annotated[str, _as_typed("at_most"), _SCHEMA]  # set by pages from a preview, never typed at the CLI
 
 
 def as_text(amount: float | str) -> str:

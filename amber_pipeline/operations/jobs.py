@@ -22,13 +22,12 @@ from amber_pipeline.benchmarks import registry
 from amber_pipeline.benchmarks.intake.archive import unpack
 from amber_pipeline.benchmarks.tasks import no_benchmark
 from amber_pipeline.errors import AmberError
-from amber_pipeline.jobs import lifecycle, quotes, records, recovery
+from amber_pipeline.jobs import lifecycle, quotes, records, recovery, shown_tokens
 from amber_pipeline.jobs.quotes import Quote
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.money import wallet
-from amber_pipeline.money.amounts import Amount, Ceiling, as_text, parse_amount
+from amber_pipeline.money.amounts import Amount, AtMost, Ceiling, as_text, parse_amount
 from amber_pipeline.operations.operation import Acting, operation
-from amber_pipeline.sandbox import docker_engine
 from amber_pipeline.warehouse.catalog import Warehouse
 
 NO_DAEMON = ("No Amber daemon runs on this instance: start one with `amber daemon start` (or `amber ui`) so the "
@@ -86,6 +85,8 @@ class JobRecord:
 def require_docker(request: JobRequest | None) -> None:
     """Sandboxes need a Docker engine; a Job of static Tasks (the Direct Agent) runs without one."""
     if request is None or not agent_spec(request.agent).static or request.bounds:
+        from amber_pipeline.sandbox import docker_engine  # the Docker SDK: only for a Job that needs an engine
+
         docker_engine.connect()
 
 
@@ -99,6 +100,7 @@ def launch(wh: Warehouse, job_id: str) -> str | None:
 
 FOLDER_SUFFIX = ".tar.gz"
 REPORTS: Memo[RoundReport] = Memo(16)  # an unchanged Job's report (its bootstrap), computed once per process
+METERING: Memo[list[MeteringDisagreement]] = Memo(64)  # an unchanged Job's metering disagreements (`job_record`)
 
 
 class QuoteRequest(JobRequest):
@@ -107,9 +109,15 @@ class QuoteRequest(JobRequest):
                           "\"12.50\".")
     folder: str | None = Field(None, description="When `benchmark` names a folder of Tasks: the folder, sent as "
                                                  "the request's file: NAME.tar.gz holding the folder NAME.")
-    at_most: Amount | None = Field(None, description="The amount you were shown and agreed to (a preview's): a "
+    at_most: AtMost | None = Field(None, description="The amount you were shown and agreed to (a preview's): a "
                                                      "Quote that would now reserve more is refused, reserving "
                                                      "nothing. A plain decimal string, like \"12.50\".")
+    shown: str | None = Field(None, max_length=shown_tokens.MAX_CHARS,
+                              description="The token of the Quote a preview showed you (`job_preview`'s `shown`): "
+                                          "the Quote made is that one, each cell's price reserved as shown and not "
+                                          "priced again, under the Job id it was shown under (confirming twice makes "
+                                          "one Job). Refused if it was altered, made for another user, Workspace or "
+                                          "request, is over an hour old, or its Benchmark's Tasks changed since.")
 
     @classmethod
     def of(cls, request: JobRequest, folder: str | None = None) -> QuoteRequest:
@@ -126,8 +134,10 @@ def job_quote(acting: Acting, params: QuoteRequest) -> Quote:
     asking so); through the API its Tasks come as the request's file, unpacked under the same checks as an
     upload's archive.
     """
+    shown = _shown(acting, params)
     with _read(params) as request:
-        return lifecycle.quote(acting.wh, acting.workspace, acting.actor.user, request, at_most=_at_most(params))
+        return lifecycle.quote(acting.wh, acting.workspace, acting.actor.user, request, at_most=_at_most(params),
+                               shown=shown)
 
 
 @operation("POST", "/quotes/{quote_id}/start")
@@ -141,12 +151,14 @@ def job_start(acting: Acting, params: QuoteRef) -> Started:
 
 @operation("POST", "/jobs", uploads=("folder",))
 def job_submit(acting: Acting, params: QuoteRequest) -> Started:
-    """Quote a Job and start it at once (a Benchmark folder comes as for a Quote)."""
+    """Quote a Job and start it at once (a Benchmark folder comes as for a Quote); given a preview's `shown`, the
+    Quote it showed is the one made and started, not priced again."""
     params.check(acting.wh.paths, acting.workspace)  # a request that cannot run is the first thing to say
     require_docker(params)
+    shown = _shown(acting, params)
     with _read(params) as request:
         made, job = lifecycle.submit(acting.wh, acting.workspace, acting.actor.user, request,
-                                     at_most=_at_most(params))
+                                     at_most=_at_most(params), shown=shown)
     return Started(job=job, quote=made, notice=launch(acting.wh, job.id))
 
 
@@ -168,6 +180,9 @@ class Preview(BaseModel):
                                                                "with 80% power against a round on other Tasks; "
                                                                "null when it detects none.")
     detectable_change: str  # that, in the sentence a Quote prints
+    shown: str = Field(description="This Quote as shown, signed by this Amber for you, this Workspace and this "
+                                   "request: give it to `job_submit` (or `job_quote`) to make exactly this Quote "
+                                   "within the hour, not priced again.")
 
 
 @operation("POST", "/quotes/preview", uploads=("folder",))
@@ -176,10 +191,12 @@ def job_preview(acting: Acting, params: QuoteRequest) -> Preview:
 
     The same checks as a Quote refuse a request that cannot run, in the same sentences; a Wallet too short is
     not refused but said (`shortfall`), since the price is what a user needs to ask for a Credit. Confirm with
-    `job_submit` (or `job_quote`) giving `at_most` the amount shown.
+    `job_submit` (or `job_quote`) giving the same request and `shown`, the token of this Quote: it is the Quote
+    made, as shown.
     """
     with _read(params) as request:
         priced = lifecycle.price(acting.wh, acting.workspace, acting.actor.user, request)
+    shown = priced.shown(lifecycle.new_job_id())
     available = wallet.read(acting.wh, acting.workspace)[0].available
     points = plan.quote_detectable_change(priced.estimate.n_tasks) if priced.estimate.n_tasks else math.nan
     return Preview(workspace=acting.workspace, benchmark_label=priced.estimate.label,
@@ -187,11 +204,26 @@ def job_preview(acting: Acting, params: QuoteRequest) -> Preview:
                    estimate=priced.estimate.total, amount=priced.amount, available=available,
                    shortfall=wallet.shortfall(acting.workspace, available, priced.amount),
                    detectable_change_points=None if math.isnan(points) else points,
-                   detectable_change=plan.detectable_change_sentence(priced.estimate.n_tasks))
+                   detectable_change=plan.detectable_change_sentence(priced.estimate.n_tasks),
+                   shown=shown_tokens.seal(acting.wh.paths, acting.workspace, acting.actor.user, _asked(params),
+                                           shown))
 
 
 def _at_most(params: QuoteRequest) -> Decimal | None:
-    return None if params.at_most is None else parse_amount(params.at_most, "--amount")
+    return None if params.at_most is None else parse_amount(params.at_most, "at_most")
+
+
+def _asked(params: QuoteRequest) -> JobRequest:
+    """The Job request as the user asked it (a folder by the name they gave it): what a shown Quote is bound to."""
+    return JobRequest.model_validate(params.model_dump(exclude={"folder", "at_most", "shown"}))
+
+
+def _shown(acting: Acting, params: QuoteRequest) -> lifecycle.ShownQuote | None:
+    """The Quote a preview showed, from its token, if the request brings one (refused if it is not this
+    request's, this user's, in this Workspace, as this Amber signed it)."""
+    if params.shown is None:
+        return None
+    return shown_tokens.unseal(acting.wh.paths, params.shown, acting.workspace, acting.actor.user, _asked(params))
 
 
 @contextlib.contextmanager
@@ -199,7 +231,7 @@ def _read(params: QuoteRequest) -> Iterator[JobRequest]:
     """The Job request, its Benchmark a label or a folder: on this machine as named, through the API the folder
     the request brought (unpacked for the call, under the checks of an upload's archive). A signed-in user never
     names a path of the server's."""
-    request = JobRequest.model_validate(params.model_dump(exclude={"folder", "at_most"}))
+    request = _asked(params)
     if params.folder is None:
         if SIGNED_IN.get() is not None and not registry.is_label(request.benchmark):
             raise no_benchmark(request.benchmark)
@@ -293,11 +325,11 @@ def job_results(acting: Acting, params: JobRef) -> Results:
     """A Job's report: each cell's score with its 95% bootstrap CI, and the paired comparisons; for a Job that
     stopped early (ceiling_reached or cancelled), also the Tasks it left without a scored Trial."""
     job = records.get_job(acting.wh, params.job_id, acting.workspace)
-    record = job_record(acting, job.id)
-    key = (acting.wh.paths.home, acting.workspace, job.id, sources.job_files(acting.wh, job.id),
-           None if record.missing_tasks is None else tuple(m.model_dump_json() for m in record.missing_tasks))
+    version = sources.job_version(acting.wh, acting.workspace, job.id)
+    record = job_record(acting, job.id, job=job, version=version)
+    key = (version, None if record.missing_tasks is None else tuple(m.model_dump_json() for m in record.missing_tasks))
     try:
-        found = REPORTS.get(key, lambda: report.build_report(sources.load(acting.wh, acting.workspace, job.id),
+        found = REPORTS.get(key, lambda: report.build_report(sources.load(acting.wh, acting.workspace, job.id, version),
                                                              missing_tasks=record.missing_tasks))
     except sources.NoTrials:
         found = None
@@ -305,14 +337,19 @@ def job_results(acting: Acting, params: JobRef) -> Results:
                    metering_disagreements=record.metering_disagreements)
 
 
-def job_record(acting: Acting, job_id: str) -> JobRecord:
+def job_record(acting: Acting, job_id: str, *, job: records.Job | None = None,
+               version: sources.JobVersion | None = None) -> JobRecord:
     """What a Job's record adds to the report of its Trials: for a Job that stopped early (ceiling_reached or
     cancelled), its Tasks without a scored Trial per cell (`quotes.MissingCell`; else None), and where an Agent's
-    own token count disagrees with what the model proxy metered."""
-    job = records.get_job(acting.wh, job_id, acting.workspace)
+    own token count disagrees with what the model proxy metered (`job` and `version`: the caller's, read already).
+
+    The disagreements are counts over the Job's stored Trial files alone, so they are kept per version of those
+    files (`METERING`), as its report is; what is missing depends on prices and history too, and is priced anew."""
+    job = job or records.get_job(acting.wh, job_id, acting.workspace)
+    version = version or sources.job_version(acting.wh, acting.workspace, job.id)
     missing = ([MissingTasks.model_validate(m.as_json())
                 for m in lifecycle.missing_tasks(acting.wh, acting.workspace, job.id)]
                if job.status in lifecycle.STOPPED_EARLY else None)
-    return JobRecord(missing_tasks=missing, metering_disagreements=[
+    return JobRecord(missing_tasks=missing, metering_disagreements=METERING.get(version, lambda: [
         MeteringDisagreement.model_validate(m)
-        for m in records.metering_disagreements(acting.wh, acting.workspace, job.id)])
+        for m in records.metering_disagreements(acting.wh, acting.workspace, job.id)]))

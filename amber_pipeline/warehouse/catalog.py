@@ -24,16 +24,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import duckdb
-import pyarrow as pa
 
 from amber_pipeline import settings
 from amber_pipeline.paths import AmberPaths
-from amber_pipeline.warehouse import sql, storage, views
+from amber_pipeline.warehouse import sql, storage, stores
 from amber_pipeline.warehouse.files import locked
-from amber_pipeline.warehouse.fitting import fitting
-from amber_pipeline.warehouse.schemas import TRIAL_REQUIRED, TRIAL_SCHEMA
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # Arrow and the views are imported where used: a command that reads the catalog needs neither
+    import pyarrow as pa
+
     from amber_pipeline.warehouse.postgres import PostgresCatalog
 
 
@@ -161,9 +160,9 @@ class Warehouse:
 
             self._postgres = PostgresCatalog(location, CATALOG_DDL)
         self._catalog = Path(location)
-        self._storage = storage.Location.configured()  # opened at first use: S3 is asked whether it answers
+        self._storage = stores.Location.configured()  # opened at first use: S3 is asked whether it answers
         # the connection `reading` shares among the reads of its block, in its thread and context only
-        self._shared: contextvars.ContextVar[duckdb.DuckDBPyConnection | None] = contextvars.ContextVar(
+        self._shared: contextvars.ContextVar[sql.Literals | None] = contextvars.ContextVar(
             f"amber_shared_read_{id(self)}", default=None)
 
     # ---- catalog -------------------------------------------------------------
@@ -190,7 +189,7 @@ class Warehouse:
                     con.execute(CATALOG_DDL)  # once per process and catalog file, not on every write
                     _schema_ready.add((self._catalog, self._catalog.stat().st_ino))
                 con.execute("begin transaction")
-                yield con
+                yield sql.Literals(con)
                 con.execute("commit")
             except BaseException:
                 with contextlib.suppress(duckdb.Error):
@@ -209,7 +208,7 @@ class Warehouse:
         shared = self._shared.get()
         if shared is not None:
             with contextlib.closing(shared.cursor()) as cursor:  # its own results: a read never ends another's
-                yield cursor
+                yield sql.Literals(cursor)
             return
         catalog = self._catalog
         if not catalog.exists() or (catalog, catalog.stat().st_ino) not in _schema_ready:
@@ -218,7 +217,7 @@ class Warehouse:
         with locked(self._lock_path, fcntl.LOCK_SH):
             con = duckdb.connect(str(catalog), read_only=True)
             try:
-                yield con
+                yield sql.Literals(con)
             finally:
                 con.close()
 
@@ -232,7 +231,7 @@ class Warehouse:
             yield
             return
         with self.read() as con:
-            token = self._shared.set(con)  # type: ignore[arg-type]  # a DuckDB connection here
+            token = self._shared.set(con)  # type: ignore[arg-type]  # a DuckDB connection here, as `read` gives it
             try:
                 yield
             finally:
@@ -244,6 +243,8 @@ class Warehouse:
         """The catalog in an in-memory DuckDB as ``catalog`` (`views.CATALOG`) for the block: the DuckDB file
         attached read-only under the shared lock, or, from PostgreSQL, ``tables`` (only ``workspace``'s rows
         where they have a workspace column) copied into a database made by the same DDL."""
+        from amber_pipeline.warehouse import views
+
         if self._postgres is None:
             with self.read():
                 con.execute(f"attach {sql.string(self._catalog)} as {views.CATALOG} (read_only)")
@@ -273,7 +274,7 @@ class Warehouse:
     @property
     def store(self) -> storage.LocalStore:
         """Where the Parquet files, Trial folders and Benchmark snapshots are (`storage.py`, AMBER_STORAGE_URL)."""
-        return storage.opened(self.paths.home, self._storage)
+        return stores.opened(self.paths.home, self._storage)
 
     def trial_files(self) -> list[tuple[Path, int, int]]:
         """Every stored Trial file (``<cell file id>/<job>.parquet``) with its size and mtime (ns), sorted.
@@ -281,6 +282,9 @@ class Warehouse:
         Files being written (``.<name>.<uuid>.tmp``) are not listed, nor files that are not Trial files
         (`fitting.py`).
         """
+        from amber_pipeline.warehouse.fitting import fitting
+        from amber_pipeline.warehouse.schemas import TRIAL_REQUIRED, TRIAL_SCHEMA
+
         found = self.store.files(self.paths.trials, "*/*.parquet")
         with contextlib.closing(duckdb.connect()) as con:
             trials = set(fitting(con, [f.path for f in found], TRIAL_SCHEMA, TRIAL_REQUIRED, self.store))
@@ -305,7 +309,7 @@ class Warehouse:
 
     @contextlib.contextmanager
     def query(self, workspace: str | None = None,
-              names: Collection[str] = views.VIEW_NAMES) -> Iterator[duckdb.DuckDBPyConnection]:
+              names: Collection[str] | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
         """An in-memory DuckDB with the catalog attached read-only and the documented views (``names``: only
         those and what they read, since each view over Parquet files reads their footers to leave out files
         that are not Amber's).
@@ -313,9 +317,11 @@ class Warehouse:
         With a Workspace, every view shows only what that Workspace may see (its
         own rows, and public Benchmark Versions); None is Amber's own, unscoped view.
         """
+        from amber_pipeline.warehouse import views
+
         con = duckdb.connect()
         try:
-            names = views.with_dependencies(names)
+            names = views.with_dependencies(views.VIEW_NAMES if names is None else names)
             with self.attached(con, names, workspace):
                 views.build(con, self.paths, self.store, workspace, names)
                 yield con

@@ -20,7 +20,6 @@ from typing import Any
 import duckdb
 
 from amber_pipeline.errors import AmberError
-from amber_pipeline.warehouse import views
 from amber_pipeline.warehouse.catalog import Warehouse
 
 TIMEOUT_S = 30.0
@@ -66,6 +65,8 @@ def views_named(query: str) -> frozenset[str]:
     view is never missing; one named in passing is only loaded for nothing. DuckDB's own
     `get_table_names` parses more precisely but fails to bind queries such as `a join b using (c)`.
     """
+    from amber_pipeline.warehouse import views  # the views and Arrow: loaded by a query, not by its CLI options
+
     return frozenset(re.findall(r"[a-z_][a-z0-9_]*", query.lower())) & views.VIEW_NAMES
 
 
@@ -76,6 +77,8 @@ def run(wh: Warehouse, workspace: str, query: str, *, timeout_s: float = TIMEOUT
     Only the views the query names (and what the derived ones among them read) are loaded, so a query
     of `ledger` reads no Trial file.
     """
+    from amber_pipeline.warehouse import views
+
     con = duckdb.connect(config={**_OPENING, "memory_limit": memory_limit})
     done, stopped = threading.Event(), threading.Event()
 
@@ -148,6 +151,8 @@ def _size(value: Any) -> int:
 
 def _load(con: duckdb.DuckDBPyConnection, wh: Warehouse, workspace: str, names: frozenset[str]) -> None:
     """Copy the Workspace's rows of the named views into ``con``: the catalog's under its shared lock only."""
+    from amber_pipeline.warehouse import views
+
     from_catalog = names & set(views.CATALOG_TABLES)
     if from_catalog:
         with wh.attached(con, from_catalog, workspace):

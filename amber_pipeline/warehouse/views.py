@@ -55,7 +55,7 @@ class ParquetSource:
 
     @property
     def files_name(self) -> str:
-        """The name its files are registered under when DuckDB cannot read them itself (`storage.S3Store`)."""
+        """The name its files are registered under when DuckDB cannot read them itself (`s3_store.S3Store`)."""
         return f"_{self.name}_files"
 
 

@@ -1,7 +1,8 @@
 """New Job: pick a Benchmark Version, an Agent, Model Configurations and Trials per Task; see the Quote priced
-per cell (`job_preview`: nothing is reserved, no Quote is recorded); Confirm makes the Quote and starts the Job
-(`job_submit`, refused above the amount shown) and goes to the Job's page. Money moves only on Confirm. A
-refusal is shown as its one sentence above the form, which keeps what was filled in."""
+per cell (`job_preview`: nothing is reserved, no Quote is recorded); Confirm makes that Quote and starts the Job
+(`job_submit` given the preview's signed `shown`: each cell's price reserved as shown, not priced again) and goes
+to the Job's page. Money moves only on Confirm. A refusal is shown as its one sentence above the form, which keeps
+what was filled in."""
 
 from __future__ import annotations
 
@@ -58,10 +59,10 @@ def new_job(request: Request, viewer: Viewer, form: FormData | None) -> Page | R
         try:
             fields = filled.request()
             if form.get("action") == "confirm":
-                shown = str(form.get("at_most") or "")
+                shown = str(form.get("shown") or "")
                 if not shown:
                     raise AmberError("Confirm a Quote you have seen: press See the Quote first.")
-                started = viewer.run("job_submit", workspace, **fields, at_most=shown)
+                started = viewer.run("job_submit", workspace, **fields, shown=shown)
                 return RedirectResponse(ws_url(workspace, "jobs", started.job.id), status_code=303)
             preview = viewer.run("job_preview", workspace, **fields)
         except AmberError as refused:
