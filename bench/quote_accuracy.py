@@ -14,7 +14,7 @@ run runs it (`cell_run.run_cell_of_job`: real Docker sandboxes, the model proxy 
    twice what was spent) and 1.0.
 
 For each cell it prints the charges in the ledger over the cell's share of the Quote, and the sources of its
-estimate; then the FIGURE lines. `--smoke` runs two Tasks of each Benchmark, for the test suite.
+estimate; then the FIGURE lines. `--smoke` runs one Task of each Benchmark, for the test suite.
 
     .venv/bin/python bench/quote_accuracy.py [--smoke] [--keep]
 """
@@ -92,10 +92,10 @@ def copied(source: Path, target: Path, n_tasks: int | None, fresh: bool) -> Path
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="two Tasks of each Benchmark (for the test suite)")
+    parser.add_argument("--smoke", action="store_true", help="one Task of each Benchmark (for the test suite)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary AMBER_HOME")
     args = parser.parse_args()
-    n_tasks = 2 if args.smoke else None
+    n_tasks = 1 if args.smoke else None
 
     with scratch_home("amber-quotebench-", args.keep) as home:
         wh = Warehouse(AmberPaths(home))

@@ -50,7 +50,7 @@ from amber_pipeline.accounts import identity, tokens
 from amber_pipeline.benchmarks.intake.archive import LIMITS
 from amber_pipeline.errors import AmberError, Forbidden, NotFound
 from amber_pipeline.operations.areas import OPERATIONS
-from amber_pipeline.operations.operation import DEFAULT_IN_PATH, Operation, acting, from_path
+from amber_pipeline.operations.operation import DEFAULT_IN_PATH, Operation, from_path, perform
 from amber_pipeline.paths import AmberPaths
 from amber_pipeline.user_text import clipped, quoted
 from amber_pipeline.warehouse.catalog import Warehouse
@@ -152,10 +152,8 @@ def _endpoint(wh: Warehouse, op: Operation) -> Callable[..., Any]:
         actor = identity.Actor(token.user, None if workspace == DEFAULT_IN_PATH else workspace)
         with contextlib.ExitStack() as stack:
             params, named = _params(op, given, stack)
-            if op.method == "GET":  # a read changes nothing: on DuckDB its reads share one connection, opened once
-                stack.enter_context(wh.reading())
             try:
-                result = op.run(acting(wh, actor, op), params)
+                result = perform(wh, actor, op, params)
             except AmberError as e:  # a sentence names a file the way its user did, not where it was spooled
                 for spooled, as_named in named.items():
                     e.args = (str(e).replace(spooled, as_named),)

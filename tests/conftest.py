@@ -21,6 +21,20 @@ from amber_pipeline.sandbox import docker_engine
 from amber_pipeline.warehouse.catalog import Warehouse
 
 
+def pytest_configure() -> None:
+    """The CLI's tables are as wide as COLUMNS says, else 120 columns when piped: xdist's workers start with
+    COLUMNS=80, so it is dropped, and every test sees the width of a piped run, as one that sets its own does."""
+    os.environ.pop("COLUMNS", None)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that need no Docker engine run first: they are most of the suite and the quickest to fail. Within
+    each part the slow ones go first, so that on pytest-xdist's workers no long test starts last and keeps one
+    worker busy after the others are done. Order is kept otherwise."""
+    items.sort(key=lambda item: (item.get_closest_marker("docker") is not None,
+                                 item.get_closest_marker("slow") is None))
+
+
 @pytest.fixture(autouse=True)
 def _own_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AMBER_CONFIG", str(tmp_path / "amber-config.toml"))

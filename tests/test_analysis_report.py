@@ -500,3 +500,16 @@ def test_report_compares_the_model_routes_of_one_agent() -> None:
     assert c.ci95 == (expected.low, expected.high) and expected.low > 0
     assert c.too_close_to_call is False
     assert "terminus-2/strong is better" in render_text(report)
+
+
+def test_a_report_over_rows_drawn_ahead_is_byte_identical(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`amber job submit --wait` draws its report's resample rows while the Job runs (`bootstrap.prepare`): the
+    report built over them is the one built without, to the byte (cells, intervals and comparisons)."""
+    monkeypatch.setattr(bootstrap, "_PREPARED", {})
+    rng = np.random.default_rng(30)
+    evidence = [ev(f"t{i:03d}", reward=float(rng.random() < p), model=m, trial_name=f"t{i:03d}__{m}")
+                for m, p in (("strong", 0.8), ("weak", 0.5)) for i in range(120)]
+    drawn = ar.build_report(evidence).model_dump_json()
+    bootstrap.prepare(120)
+    assert bootstrap._PREPARED
+    assert ar.build_report(evidence).model_dump_json() == drawn

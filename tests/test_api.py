@@ -317,6 +317,7 @@ def amber_process(*args: str, env: dict[str, str]) -> subprocess.CompletedProces
                           text=True, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.dagster_ui
 def test_a_second_user_uses_amber_only_through_the_api(tmp_path: Path, amber_home: Path) -> None:
     """`amber serve` owns the instance; staff are made on its host; bob signs in from a home of his own (no
@@ -363,6 +364,7 @@ def test_a_second_user_uses_amber_only_through_the_api(tmp_path: Path, amber_hom
 
 
 
+@pytest.mark.slow
 @pytest.mark.dagster_ui
 @pytest.mark.parametrize("stop", ["SIGTERM", "Ctrl-C"])
 def test_amber_serve_stops_with_everything_it_started(amber_home: Path, stop: str) -> None:

@@ -49,6 +49,7 @@ def fuzzing(warehouse: Warehouse) -> Iterator[Fuzzing]:
         server.stop()
 
 
+@pytest.mark.slow
 def test_no_answer_breaks_the_document_under_the_fuzz(fuzzing: Fuzzing) -> None:
     found = fuzz.fuzz(fuzzing.server.url, fuzzing.world)
     assert not found.failures, f"{len(found.failures)} failures in {found.cases} cases:\n\n" + "\n\n".join(

@@ -65,6 +65,8 @@ BENCHES = [
     Bench("proxy_overhead.py", frozenset({"proxy_added_ms_median"}), 300),  # a difference of medians: may be < 0
     Bench("quote_speed.py", frozenset({"quote_seconds", "quote_1000_tasks_seconds"}), 300,
           _positive("quote_seconds", "quote_1000_tasks_seconds")),
+    Bench("sequential.py", frozenset({"sequential_type1_rate", "sequential_trials_share_20pt", "sequential_coverage"}),
+          300),  # shares: 0 is a fine type-I rate
     Bench("sql_confinement.py", frozenset({"sql_confined_trials_seconds", "sql_confined_trials_ratio",
                                            "sql_confined_ledger_seconds", "sql_confined_ledger_ratio"}), 300,
           _positive("sql_confined_trials_ratio", "sql_confined_ledger_ratio")),
@@ -100,11 +102,13 @@ BENCHES = [
 DOCKER = {"agent_image.py", "quote_accuracy.py", "request_latency.py", "scale_out.py", "trial_overhead.py"}
 DAGSTER_UI = {"request_latency.py"}  # `amber ui`: a webserver, a daemon and a warm worker
 BROWSER = {"web_pages.py"}  # Debian's headless Chromium
+SLOW = {"api_load.py", "quote_accuracy.py", "quote_speed.py", "request_latency.py", "scale_out.py",
+        "static_throughput.py", "trial_overhead.py"}  # half a minute or more, even at --smoke
 
 
 def _marks(script: str) -> list[pytest.MarkDecorator]:
     return [mark for names, mark in ((DOCKER, pytest.mark.docker), (DAGSTER_UI, pytest.mark.dagster_ui),
-                                     (BROWSER, pytest.mark.browser)) if script in names]
+                                     (BROWSER, pytest.mark.browser), (SLOW, pytest.mark.slow)) if script in names]
 
 
 def figures(script: str, *args: str, timeout: float, home: Path) -> dict[str, float]:

@@ -274,6 +274,7 @@ def mixed_upload(tmp_path: Path) -> Path:
     return tar_gz(root, tmp_path / "mixed.tar.gz")
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_a_mixed_upload_validates_leaves_out_its_failing_tasks_with_reasons_and_publishes(tmp_path: Path,
                                                                                           warehouse: Warehouse):
@@ -319,6 +320,7 @@ def test_a_mixed_upload_validates_leaves_out_its_failing_tasks_with_reasons_and_
         assert cell.sources == {"task": {"Task history": 1}, "agent": {"cell history on the Task": 1}}, cell
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_a_validation_trial_is_stopped_at_one_and_a_half_times_its_quoted_sandbox_time(
         tmp_path: Path, warehouse: Warehouse, monkeypatch: pytest.MonkeyPatch):

@@ -117,6 +117,7 @@ def stored_rewards(wh: Warehouse, job_id: str) -> dict[str, float | None]:
     ("after_charge", "failed"),    # charged, the row's cost not yet the ledger's
     ("aggregates", "done"),        # every Trial stored and charged; killed while the scores are written
 ])
+@pytest.mark.slow
 def test_a_run_killed_at_a_failpoint_settles_its_job(tmp_path: Path, warehouse: Warehouse, point: str,
                                                     cell_status: str) -> None:
     job = submit(warehouse, str(slow_bench(tmp_path, 0)), "oracle", [], 1)
@@ -172,6 +173,7 @@ def test_a_run_killed_during_a_trial_leaves_no_sandbox_and_cancel_refunds(tmp_pa
     assert records.cells_of(warehouse, job.id)[0].status == "failed"
 
 
+@pytest.mark.serial
 def test_a_restarted_docker_engine_mid_job_settles_it(tmp_path: Path, warehouse: Warehouse) -> None:
     funded(warehouse)
     slow = request(str(slow_bench(tmp_path, 20)), "oracle").model_copy(update={"ceiling_usd": 1.0})  # never reached

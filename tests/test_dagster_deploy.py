@@ -274,7 +274,8 @@ def sandboxes_of(wh: Warehouse, job_id: str) -> list:
     prefix = f"{(wh.paths.runs / job_id).resolve()}/"
     listed = [None] if settings.sandbox_hosts_file() is None else engines.engines()
     return [c for engine in listed
-            for c in docker_engine.connect(engine).containers.list(all=True, filters={"label": TRIAL_DIR_LABEL})
+            for c in docker_engine.connect(engine).containers.list(all=True, filters={"label": TRIAL_DIR_LABEL},
+                                                                           ignore_removed=True)
             if c.labels.get(TRIAL_DIR_LABEL, "").startswith(prefix)]
 
 
@@ -295,6 +296,7 @@ def assert_settled(wh: Warehouse, job_id: str) -> None:
 
 # ---- 2. a Job on PostgreSQL, its cells launched by the code server's sensor --------------------------------
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_a_job_on_postgres_scores_as_on_the_embedded_sqlite_instance(tmp_path: Path, pg: postgres.PostgresServer,
                                                                      deployment: Deployment) -> None:
@@ -351,6 +353,7 @@ WORKSPACE_QUERY = ("{ workspaceOrError { ... on Workspace { locationEntries { na
                    "{ __typename ... on RepositoryLocation { repositories { name jobs { name } } } } } } } }")
 
 
+@pytest.mark.slow
 @pytest.mark.dagster_ui
 def test_the_webserver_reports_the_code_servers_location_loaded(tmp_path: Path, deployment: Deployment) -> None:
     port = free_port()
@@ -381,6 +384,7 @@ def test_the_webserver_reports_the_code_servers_location_loaded(tmp_path: Path, 
 
 # ---- 4. a run worker killed mid-cell ----------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_a_run_worker_killed_mid_cell_is_resumed_and_its_job_completes(tmp_path: Path,
                                                                        deployment: Deployment) -> None:
@@ -445,6 +449,7 @@ def docker_instance_file(folder: Path, amber_home: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_a_cell_runs_in_a_container_of_the_docker_run_launcher(tmp_path: Path, pg: postgres.PostgresServer,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:

@@ -138,6 +138,7 @@ def _stop_group(proc: subprocess.Popen) -> None:
     assert embedded.daemon_pid(AmberPaths.from_env()) is None, "amber ui left its daemon running"
 
 
+@pytest.mark.slow
 def test_submit_job_quotes_and_start_quote_runs_its_cell_through_graphql(dagster_dev: Dagster,
                                                                           tmp_path: Path) -> None:
     started = time.monotonic()

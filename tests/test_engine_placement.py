@@ -59,7 +59,7 @@ def bench(tmp_path: Path, slow_sec: int = 0) -> Path:
 
 
 def sandboxes_on(client: docker.DockerClient, run_dir: Path) -> list:
-    return [c for c in client.containers.list(all=True, filters={"label": TRIAL_DIR_LABEL})
+    return [c for c in client.containers.list(all=True, filters={"label": TRIAL_DIR_LABEL}, ignore_removed=True)
             if c.labels[TRIAL_DIR_LABEL].startswith(f"{run_dir.resolve()}/")]
 
 
@@ -111,6 +111,7 @@ tls_key = "{certs / 'key.pem'}"
     assert made.read_text() == (PROJECT_ROOT / "dagster.yaml").read_text()  # the embedded default, unchanged
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_a_jobs_cells_spread_over_the_engines_and_leave_nothing(two_engines: dockerd.Dockerd, warehouse: Warehouse,
                                                                 primary: docker.DockerClient,
@@ -140,6 +141,7 @@ def test_a_jobs_cells_spread_over_the_engines_and_leave_nothing(two_engines: doc
     assert sandboxes_on(primary, run_root) == [] and sandboxes_on(remote, run_root) == []
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_a_cell_whose_engine_dies_moves_to_the_other_engine_and_is_charged_once(
         two_engines: dockerd.Dockerd, warehouse: Warehouse, primary: docker.DockerClient, tmp_path: Path,

@@ -106,6 +106,7 @@ def catalog_cost(mc: str, input_tokens: int, cached: int, output: int) -> Decima
     return dollars.quantize(Decimal("0.000001"), rounding=ROUND_HALF_UP)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("agent", "mc", "model", "wire"), CASES, ids=[f"{a}-{w}" for a, _, _, w in CASES])
 def test_an_installed_agent_solves_a_demo_task_through_the_proxy(
         agent: str, mc: str, model: str, wire: str, double: tuple[ProviderDouble, str, Path],
@@ -206,6 +207,7 @@ def test_agent_list_names_each_agents_software_and_rule() -> None:
     assert listed["terminus-2"]["runs"] == "on the host"
 
 
+@pytest.mark.slow
 def test_an_installed_agent_on_another_hosts_engine_reaches_the_proxy_through_its_relay(
         double: tuple[ProviderDouble, str, Path], warehouse: Warehouse, engine2, primary, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -244,5 +246,5 @@ def test_an_installed_agent_on_another_hosts_engine_reaches_the_proxy_through_it
     assert any(t.startswith(f"amber-agent:{agent}-") for t in remote.images.get(trial["image_id"]).tags)
     runs = str(warehouse.paths.runs)
     for client in (remote, primary):
-        assert [c for c in client.containers.list(all=True, filters={"label": TRIAL_DIR_LABEL})
+        assert [c for c in client.containers.list(all=True, filters={"label": TRIAL_DIR_LABEL}, ignore_removed=True)
                 if c.labels[TRIAL_DIR_LABEL].startswith(runs)] == []

@@ -44,6 +44,7 @@ def scores(job_id: str) -> tuple[list[dict], list[dict]]:
     return cells, found["comparisons"]
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_a_job_stopped_at_its_ceiling_goes_on_to_the_report_of_a_job_that_had_enough(
         tmp_path: Path, warehouse: Warehouse) -> None:

@@ -291,7 +291,7 @@ class Background:
 def sandboxes(names: tuple[str, ...]) -> list:
     """Containers (running or not) of Trials of the given Tasks."""
     client = docker_engine.connect()
-    return [c for c in client.containers.list(all=True, filters={"label": SANDBOX_LABEL})
+    return [c for c in client.containers.list(all=True, filters={"label": SANDBOX_LABEL}, ignore_removed=True)
             if any(n in c.labels.get(SANDBOX_LABEL, "") for n in names)]
 
 

@@ -181,6 +181,7 @@ def test_a_first_job_on_tasks_nobody_ran_finishes_nop_then_oracle(amber: Instanc
 
 # ---- a crash resumes -----------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["after_rows", "after_charge", "aggregates"])
 def test_every_process_but_the_daemon_killed_at_a_failpoint_and_the_job_completes(amber: Instance,
                                                                                   point: str) -> None:
@@ -195,6 +196,7 @@ def test_every_process_but_the_daemon_killed_at_a_failpoint_and_the_job_complete
     assert_finished(amber, job_id, 2 * len(DEMO_TASKS), reward=1.0)
 
 
+@pytest.mark.slow
 def test_every_process_but_the_daemon_killed_mid_trial_and_the_job_completes(amber: Instance) -> None:
     bench = fresh_copy(SLOW_BENCH, amber.tmp / "slow-mid-trial")
     job_id = submit(amber, bench, "oracle", trials=2)
@@ -204,6 +206,7 @@ def test_every_process_but_the_daemon_killed_mid_trial_and_the_job_completes(amb
     assert_finished(amber, job_id, 6, reward=1.0)
 
 
+@pytest.mark.slow
 def test_the_daemon_killed_too_and_started_again_and_the_job_completes(amber: Instance) -> None:
     """As after a power cut: nothing of the instance runs; `amber daemon start` picks up the Job."""
     bench = fresh_copy(SLOW_BENCH, amber.tmp / "slow-restart")
@@ -220,6 +223,7 @@ def test_the_daemon_killed_too_and_started_again_and_the_job_completes(amber: In
     assert_finished(amber, job_id, 6, reward=1.0)
 
 
+@pytest.mark.slow
 def test_a_cell_whose_run_keeps_dying_is_resumed_twice_then_fails_with_its_reason(amber: Instance) -> None:
     bench = fresh_copy(DEMO, amber.tmp / "demo-always", DEMO_TASKS)
     amber.control.write_text("after_rows")

@@ -352,6 +352,7 @@ class Given:
         return [json.dumps(json.loads(text)["cmd"]) for what, text in self.seen if what.startswith("a command")]
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_no_value_of_the_servers_environment_reaches_a_trial(
         agent_images: None, tmp_path: Path, warehouse: Warehouse, amber_home: Path,

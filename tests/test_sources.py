@@ -346,3 +346,28 @@ def test_failure_causes_view_over_an_imported_folder(tmp_path: Path) -> None:
         rows = sorted(con.execute("select trial_name, cause from failure_causes").fetchall())
     assert rows == expected and rows
     assert "dead_tools" in {cause for _, cause in rows}
+
+
+def test_a_static_trials_evidence_looks_for_no_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A static Trial's row names no folder (its trial_dir is empty): its evidence adds nothing a folder would,
+    exactly what looking in a folder with none of the files finds, and never reads the current directory, which
+    an empty path names."""
+    cwd = tmp_path / "cwd"
+    (cwd / "agent").mkdir(parents=True)
+    (cwd / "agent" / "trajectory.json").write_text(json.dumps({"agent": {"name": "x"}, "steps": [
+        {"source": "agent", "message": "hi"}]}))
+    monkeypatch.chdir(cwd)
+    assert trial_folders.trial_facts(Path(""))["trajectory_steps"] == 1  # what an empty path used to read
+    empty = tmp_path / "no-files"
+    empty.mkdir()
+    assert trial_folders.trial_facts(empty) == trial_folders.NO_FOLDER
+    row = {f: None for f in TrialRecord.model_fields} | {
+        "schema_version": 1, "workspace": "w", "job_id": "job-s", "cell_key": "c", "benchmark_version_id": "b",
+        "task_name": "t", "attempt": 1, "trial_name": "t__1", "agent": "direct", "agent_version": "v",
+        "model_configuration": "m", "outcome": "scored", "reward": 1.0, "errored": False, "retries": 0,
+        "input_tokens": 1, "output_tokens": 1, "cost_usd": 0.0, "duration_sec": 0.1, "trial_dir": "",
+        "started_at": datetime(2026, 12, 5), "finished_at": datetime(2026, 12, 5), "cached_input_tokens": 0,
+        "model_calls": 1}
+    record = TrialRecord.model_validate(row)
+    evidence = sources._of_record(record, Path(record.trial_dir))
+    assert {k: getattr(evidence, k) for k in trial_folders.NO_FOLDER} == trial_folders.NO_FOLDER

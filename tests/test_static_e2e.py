@@ -46,8 +46,9 @@ def _end_later(wh: Warehouse, job_id: str, cell_key: str, delay: float) -> tuple
 
     def end() -> None:
         time.sleep(delay)
+        ended.append(time.monotonic())  # when ending it began
         lifecycle.end_cell(wh, job_id, cell_key, "done")
-        ended.append(time.monotonic())
+        ended.append(time.monotonic())  # and when it was done
 
     thread = threading.Thread(target=end)
     thread.start()
@@ -59,13 +60,26 @@ def test_wait_returns_as_soon_as_the_cell_is_scored_not_a_poll_interval_later(
     job_id, cell_key = static_job
     monkeypatch.setattr(cli_jobs, "POLL_SEC", 60.0)  # a poll would come a minute later: only the change can end it
     thread, ended = _end_later(warehouse, job_id, cell_key, 1.0)
-    meanwhile: list[float] = []
-    job = cli_jobs.watch(Context(paths=AmberPaths.from_env()), job_id, meanwhile=lambda: meanwhile.append(1.0))
+    meanwhile: list[str] = []
+    job = cli_jobs.watch(Context(paths=AmberPaths.from_env()), job_id,
+                         meanwhile=lambda found: meanwhile.append(found.job.id))
     returned = time.monotonic()
     thread.join()
     assert job.status == "completed"
-    assert meanwhile == [1.0]  # once, while the Job ran (what its results import, for `follow`)
-    assert returned - ended[0] < 5.0, f"--wait returned {returned - ended[0]:.2f} s after the cell ended"
+    assert meanwhile == [job_id]  # once, while the Job ran, given its state (what its results need, for `follow`)
+    assert returned - ended[1] < 5.0, f"--wait returned {returned - ended[1]:.2f} s after the cell ended"
+
+
+def test_a_follower_draws_its_reports_resample_rows_while_the_job_runs(
+        static_job: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `follow` does while the Job runs: the rows of the report's intervals over the cell's 12 Tasks are drawn
+    then (the report is then the same to the byte: `test_analysis_report`), and nothing else is kept."""
+    from amber_pipeline.scoring import bootstrap
+
+    monkeypatch.setattr(bootstrap, "_PREPARED", {})
+    found = Context(paths=AmberPaths.from_env()).call("job_status", job_id=static_job[0])
+    cli_jobs._ready_for_results(found)
+    assert list(bootstrap._PREPARED) == [(bootstrap.DEFAULT_RESAMPLING, 12)]
 
 
 def test_wait_reads_every_poll_interval_when_nothing_signals_a_change(
@@ -87,7 +101,7 @@ def test_wait_reads_every_poll_interval_when_nothing_signals_a_change(
     assert cli_jobs.watch(Context(paths=AmberPaths.from_env()), job_id).status == "completed"
     thread.join()
     assert sum(r < ended[0] for r in reads) >= 2, reads  # read again with no change signalled
-    assert reads[-1] > ended[0]
+    assert reads[-1] > ended[0]  # the read that saw it ended (one begun while it ended waits for its commit)
 
 
 def test_the_catalog_signature_changes_with_each_write(warehouse: Warehouse, static_job: tuple[str, str]) -> None:

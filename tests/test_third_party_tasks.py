@@ -153,6 +153,7 @@ def validated(stand_ins, tmp_path_factory) -> dict[str, validation.TaskValidatio
     return verdicts
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 @pytest.mark.parametrize("folder", RUNNABLE)
 def test_each_runnable_task_validates_with_oracle_1_and_nop_0(validated, folder):

@@ -110,6 +110,7 @@ class UI:
         return chromium.evidence(self.driver, self.out, "ui")
 
 
+@pytest.mark.slow
 def test_launch_a_job_from_the_launchpad_and_read_its_cells_ci(
         browser: WebDriver, dagster_dev: Dagster, tmp_path: Path) -> None:  # noqa: F811 - the imported fixture
     started = time.monotonic()

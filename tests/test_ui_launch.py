@@ -485,6 +485,7 @@ def test_redirects_name_the_public_url_never_the_host_sent(amber_home: Path) -> 
         app(AmberPaths.from_env(), public_url="elsewhere.example")
 
 
+@pytest.mark.slow
 @pytest.mark.dagster_ui
 def test_amber_serve_names_its_public_url_in_redirects(amber_home: Path) -> None:
     """`amber serve --public-url URL`, the command an operator runs: /ui redirects to URL, whatever Host the

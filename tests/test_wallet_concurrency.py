@@ -382,6 +382,7 @@ def _crash_and_restart(wh: Warehouse, tmp: Path, names: list[str], job: Job, cel
         parquet_tasks=sorted(table.column("task_name").to_pylist()), left_after_restart=left)
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_a_killed_cell_run_run_again_charges_each_trial_once(crash: CrashRun) -> None:
     assert crash.charged_before_kill, "the run was killed after its first charge"

@@ -55,6 +55,7 @@ def runs_of(instance: dg.DagsterInstance, job_id: str) -> list[dg.DagsterRun]:
     return [r.dagster_run for r in instance.get_run_records(dg.RunsFilter(tags={"amber/job": job_id}))]
 
 
+@pytest.mark.slow
 def test_runs_start_warm_survive_a_daemon_stop_and_resume_after_a_start(tmp_path: Path, warehouse: Warehouse,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     paths = warehouse.paths
@@ -63,7 +64,8 @@ def test_runs_start_warm_survive_a_daemon_stop_and_resume_after_a_start(tmp_path
     embedded.start_daemon(paths)
     monkeypatch.setenv("DAGSTER_HOME", str(paths.dagster_home))
     try:
-        assert worker_socket.ask(paths.dagster_home, {"op": "ping"}) is not None, "the warm worker does not answer"
+        # `start_daemon` waits WARM_WORKER_START_SEC for the worker's imports; on a busy machine they take longer
+        wait_for("answer of the warm worker", lambda: worker_socket.ask(paths.dagster_home, {"op": "ping"}), 120)
         _, running = lifecycle.submit(warehouse, "default", local_user(),  # room for the slow solution's time
                                       JobRequest(benchmark=str(bench), agent="oracle", ceiling_usd=1.0))
         launch(warehouse, running.id)
@@ -101,6 +103,7 @@ def test_runs_start_warm_survive_a_daemon_stop_and_resume_after_a_start(tmp_path
     assert worker_socket.ask(paths.dagster_home, {"op": "ping"}) is None, "the warm worker outlived its daemon"
 
 
+@pytest.mark.slow
 def test_amber_ui_uses_the_running_daemon_and_leaves_it_running(warehouse: Warehouse) -> None:
     paths = warehouse.paths
     pid = embedded.start_daemon(paths)
@@ -127,6 +130,7 @@ def test_amber_ui_uses_the_running_daemon_and_leaves_it_running(warehouse: Wareh
 
 
 
+@pytest.mark.slow
 def test_the_demo_leaves_every_run_succeeded_and_comparisons_materialized(warehouse: Warehouse) -> None:
     """`amber demo` starts the daemon, follows its Jobs to the end and stops it: no run of its is interrupted,
     and the comparisons are recorded, not waiting for the hourly schedule."""

@@ -35,6 +35,7 @@ from amber_pipeline.analysis.memo import Memo
 from amber_pipeline.analysis.report import failure_cause, outcome
 from amber_pipeline.analysis.trial_folders import (
     HARBOR_PREFIX,
+    NO_FOLDER,
     NoHarborFolder,
     job_folder,
     read_harbor_folder,
@@ -169,12 +170,16 @@ def refresh(wh: Warehouse) -> int:
 
 
 def _of_record(r: TrialRecord, trial_dir: Path) -> TrialEvidence:
+    """A Trial's evidence: its row, and what its folder adds. A static Trial has no folder (its row names none, and
+    an empty path would name the current directory): nothing is looked for, where 1,000 of them looked for 3,000
+    files each time a static Job's results were first read."""
+    facts = trial_facts(trial_dir) if r.trial_dir else dict(NO_FOLDER)
     return TrialEvidence(
         source=r.job_id, trial_name=r.trial_name, task_name=r.task_name, agent=r.agent,
         model=None if r.model_configuration == NO_MODEL else r.model_configuration, attempt=r.attempt,
         reward=r.reward, errored=r.errored, exception_type=r.error_type, started_at=r.started_at,
         finished_at=r.finished_at, input_tokens=r.input_tokens, output_tokens=r.output_tokens,
-        cost_usd=r.cost_usd, trial_dir=r.trial_dir, **trial_facts(trial_dir))
+        cost_usd=r.cost_usd, trial_dir=r.trial_dir, **facts)
 
 
 def _table(evidence: Sequence[tuple[str, Path, TrialEvidence]]) -> pa.Table:

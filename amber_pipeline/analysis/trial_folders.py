@@ -249,6 +249,9 @@ class _Files:
     tests_total: int | None = None
 
 
+NO_FOLDER = dataclasses.asdict(_Files())  # what a Trial without a folder (a static Trial's) adds: nothing
+
+
 def trial_facts(trial_dir: Path) -> dict[str, Any]:
     """What an Amber Trial's folder adds to its Trial row: the trajectory, timing and test fields of evidence."""
     return dataclasses.asdict(_files(trial_dir, _load_result(trial_dir / "result.json") or {}))

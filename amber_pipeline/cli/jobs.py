@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from amber_pipeline.jobs import records
     from amber_pipeline.jobs.quotes import Quote
     from amber_pipeline.jobs.request import JobRequest
-    from amber_pipeline.operations.jobs import QuoteRequest, Results
+    from amber_pipeline.operations.jobs import Progress, QuoteRequest, Results
 
 app = typer.Typer()
 job_app = typer.Typer(no_args_is_help=True, help="Quote, start, follow and cancel Jobs.")
@@ -224,11 +224,11 @@ RESULTS_IMPORTS = ("pandas", "amber_pipeline.scoring.engine", "amber_pipeline.wa
 def follow(c: Context, job_id: str) -> None:
     """A progress bar over the Job's Trials until it has ended and no cell still runs; then its results.
 
-    On this machine, what its results will import is imported while the Job runs, so they print as soon as it
-    ends."""
+    On this machine, what its results need is made ready while the Job runs (`_ready_for_results`), so they print
+    as soon as it ends."""
     from amber_pipeline.analysis import render_report
 
-    job = watch(c, job_id, meanwhile=None if c.remote is not None else lambda: _import_all(RESULTS_IMPORTS))
+    job = watch(c, job_id, meanwhile=None if c.remote is not None else _ready_for_results)
     if job.status != "completed":
         out.line(f"{job_id} ended {job.status}" + (f": {job.message}" if job.message else "."))
     found = c.call("job_results", job_id=job_id)
@@ -240,20 +240,27 @@ def follow(c: Context, job_id: str) -> None:
     _print_cells(_shown_report(found))
 
 
-def _import_all(modules: tuple[str, ...]) -> None:
+def _ready_for_results(found: Progress) -> None:
+    """What the Job's results will need, made while it runs: their imports, and the resample rows of its report's
+    intervals (`bootstrap.prepare`), drawn for as many Tasks as each cell has (a cell's interval resamples its
+    scored Tasks: all of them, unless some Task has no scored Trial, which then draws its rows as before)."""
     import importlib
 
-    for module in modules:
+    for module in RESULTS_IMPORTS:
         importlib.import_module(module)
+    from amber_pipeline.scoring import bootstrap
+
+    for n in sorted({c.n_trials // found.job.trials_per_task for c in found.cells}):
+        bootstrap.prepare(n)
 
 
 POLL_SEC = 1.0  # the longest a follower goes without reading the Job's state
 CHANGE_POLL_SEC = 0.01  # how often a follower on this machine looks whether the catalog changed: a stat, no read
 
 
-def watch(c: Context, job_id: str, meanwhile: Callable[[], None] | None = None) -> records.Job:
+def watch(c: Context, job_id: str, meanwhile: Callable[[Progress], None] | None = None) -> records.Job:
     """A progress bar over the Job's Trials until it has ended and no cell still runs; the ended Job. ``meanwhile``
-    runs once, at the first wait (a change during it is seen right after it).
+    runs once, at the first wait, given the Job's state then (a change during it is seen right after it).
 
     On this machine's DuckDB catalog the Job's state is read again as soon as the catalog's files change (every
     step of a Job is a catalog write: a batch of Trials charged, a cell ended), so the bar follows the Trials and
@@ -274,7 +281,7 @@ def watch(c: Context, job_id: str, meanwhile: Callable[[], None] | None = None) 
             if found.settled:
                 return found.job
             if meanwhile is not None:
-                meanwhile()
+                meanwhile(found)
                 meanwhile = None
             seen = _wait_for_change(changed, seen)
             found = c.call("job_status", job_id=job_id)

@@ -509,25 +509,27 @@ def expire_due(wh: Warehouse, now: datetime | None = None) -> list[str]:
 # ---- running: what a cell run reports ----------------------------------------------------------------------
 
 def open_cell_run(wh: Warehouse, job_id: str, cell_key: str, prices: Prices = PRICES) -> CellRun:
-    """Everything a cell run needs to run the Job's Trials of one cell."""
+    """Everything a cell run needs to run the Job's Trials of one cell, read on one connection to the catalog (the
+    run's first Trial waits for these reads)."""
     from amber_pipeline.jobs.trial_runner import CellRun
 
-    job = get_job(wh, job_id, None)
-    matches = [c for c in cells_of(wh, job_id) if c.cell_key == cell_key]
-    if not matches:
-        raise AmberError(f"Job {job_id} has no cell {cell_key}: launch cells through `amber job submit`.")
-    jc = matches[0]
-    version = registry.version(wh, job.benchmark_version_id, job.benchmark_owner)
-    cell = Cell(version.id, jc.agent, agent_spec(jc.agent).spec_id, jc.model_configuration)
-    if cell.key != cell_key:
-        raise AmberError(f"The Agent {jc.agent} changed since Job {job_id} was submitted: submit the Job again.")
-    pool = Pool(lambda: pool_left(wh, job_id)) if job.quote_id else None
-    policy = workspaces.provider_policy(wh, job.workspace) if job.private else None
-    limits = ({f.name: quotes.validation_stop_seconds(f) for f in quotes.task_facts(version, wh.paths)}
-              if job.purpose == "validation" else None)
-    return CellRun(job_id, cell, version, job.trials_per_task, run_dir(wh, job_id, cell.key), job.workspace,
-                   private=job.private, prices=prices, pool=pool, allowed_providers=policy, paths=wh.paths,
-                   time_limits=limits, engine_pool=jc.engine_pool)
+    with wh.reading():
+        job = get_job(wh, job_id, None)
+        matches = [c for c in cells_of(wh, job_id) if c.cell_key == cell_key]
+        if not matches:
+            raise AmberError(f"Job {job_id} has no cell {cell_key}: launch cells through `amber job submit`.")
+        jc = matches[0]
+        version = registry.version(wh, job.benchmark_version_id, job.benchmark_owner)
+        cell = Cell(version.id, jc.agent, agent_spec(jc.agent).spec_id, jc.model_configuration)
+        if cell.key != cell_key:
+            raise AmberError(f"The Agent {jc.agent} changed since Job {job_id} was submitted: submit the Job again.")
+        pool = Pool(lambda: pool_left(wh, job_id)) if job.quote_id else None
+        policy = workspaces.provider_policy(wh, job.workspace) if job.private else None
+        limits = ({f.name: quotes.validation_stop_seconds(f) for f in quotes.task_facts(version, wh.paths)}
+                  if job.purpose == "validation" else None)
+        return CellRun(job_id, cell, version, job.trials_per_task, run_dir(wh, job_id, cell.key), job.workspace,
+                       private=job.private, prices=prices, pool=pool, allowed_providers=policy, paths=wh.paths,
+                       time_limits=limits, engine_pool=jc.engine_pool)
 
 
 def pool_left(wh: Warehouse, job_id: str) -> Decimal:

@@ -14,6 +14,7 @@ rebuilds from JSON. Where it acts decides the path's prefix:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
@@ -130,11 +131,20 @@ def in_workspace(wh: Warehouse, actor: identity.Actor, *, reads: bool = False) -
     return Acting(wh, actor, workspaces.acting_workspace(wh, actor, make_default=not reads))
 
 
+def perform(wh: Warehouse, actor: identity.Actor, op: Operation, params: BaseModel) -> Any:
+    """`op` run for `actor` where it acts (`acting`), for the server's routes and the CLI alike. A read (GET)
+    changes nothing, so on DuckDB its reads share one connection to the catalog, opened once: a Job's status is a
+    dozen reads, which a follower asks for at every step of the Job, each taking the catalog's lock from the
+    cell run's writes otherwise."""
+    with wh.reading() if op.method == "GET" else contextlib.nullcontext():
+        return op.run(acting(wh, actor, op), params)
+
+
 def call_local(wh: Warehouse, actor: identity.Actor, name: str, params: BaseModel | None = None) -> Any:
     """Run an operation in this process for `actor` (in their Workspace), its record passed through the wire
     format as the API's would be, so both modes print from the same data."""
     op = OPERATIONS[name]
-    result = op.run(acting(wh, actor, op), params if params is not None else op.params())
+    result = perform(wh, actor, op, params if params is not None else op.params())
     return op.record(json.loads(json.dumps(op.wire(result))))
 
 

@@ -88,9 +88,16 @@ def seeded_counts(resampling: Resampling) -> Counts:
     """
 
     def chunks(n: int) -> Iterator[np.ndarray]:
-        rng = np.random.default_rng([resampling.seed, n])
         rows = max(1, _CHUNK_BYTES // (8 * n))
         buffer = np.empty((rows, n), dtype=np.float64)
+        drawn = _PREPARED.get((resampling, n))
+        if drawn is not None:
+            for start in range(0, resampling.n_resamples, rows):
+                chunk = buffer[:min(rows, resampling.n_resamples - start)]
+                np.copyto(chunk, drawn[start:start + len(chunk)], casting="unsafe")
+                yield chunk
+            return
+        rng = np.random.default_rng([resampling.seed, n])
         offsets = np.arange(rows)[:, None] * n  # one bincount over the whole chunk
         for start in range(0, resampling.n_resamples, rows):
             size = min(rows, resampling.n_resamples - start)
@@ -101,6 +108,26 @@ def seeded_counts(resampling: Resampling) -> Counts:
             yield chunk
 
     return chunks
+
+
+# The resample matrices drawn ahead in this process (`prepare`), by resampling and number of Tasks.
+_PREPARED: dict[tuple[Resampling, int], np.ndarray] = {}
+
+
+def prepare(n: int, resampling: Resampling = DEFAULT_RESAMPLING) -> None:
+    """Draw the resample matrix for ``n`` Tasks now and keep it in this process, for the intervals over ``n`` Tasks
+    computed later here: the same rows, so the same intervals, without the draw (a tenth of a second per thousand
+    Tasks). For a process that knows what it will score before it can (`amber job submit --wait` draws the
+    rows of its Job's report while the Job runs); the smallest unsigned type that holds ``n`` keeps the counts
+    (20 MB for 1,000 Tasks)."""
+    if n < 1 or (resampling, n) in _PREPARED:
+        return
+    drawn = np.empty((resampling.n_resamples, n), dtype=np.min_scalar_type(n))
+    start = 0
+    for chunk in seeded_counts(resampling)(n):
+        drawn[start:start + len(chunk)] = chunk
+        start += len(chunk)
+    _PREPARED[(resampling, n)] = drawn
 
 
 def grid_bits(n: int, largest: float) -> int:

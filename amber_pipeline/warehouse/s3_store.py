@@ -11,7 +11,7 @@ import os
 import shutil
 import stat
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
@@ -23,6 +23,26 @@ import pyarrow.parquet as pq
 
 from amber_pipeline.errors import AmberError
 from amber_pipeline.warehouse.storage import _PARALLEL, EXECUTABLES, LocalStore, StoredFile
+
+_READS = 5  # attempts at a Parquet read of an object that others rewrite
+
+
+def _whole[T](read: Callable[[], T]) -> T:
+    """A Parquet read of an object that may be rewritten meanwhile (a cell's Trial rows are, batch by batch).
+
+    Arrow asks an object's size, then reads its footer by byte ranges from that size: an object replaced in
+    between by one of another size reads torn, its footer not where the old size put it ("Parquet magic bytes
+    not found") or past its end (S3's InvalidRange). S3 replaces an object whole, so the next attempt reads one
+    version throughout; a file that is really broken, or a store that does not answer, fails every attempt."""
+    for _ in range(_READS - 1):
+        try:
+            return read()
+        except pa.ArrowInvalid:
+            continue
+        except OSError as e:
+            if "InvalidRange" not in str(e):
+                raise
+    return read()
 
 
 class S3Store(LocalStore):
@@ -45,13 +65,13 @@ class S3Store(LocalStore):
         with _reaching(self.url):
             if self.fs.get_file_info(self.key(path)).type != pafs.FileType.File:
                 return None
-            return pq.read_table(self.key(path), columns=columns, filesystem=self.fs)
+            return _whole(lambda: pq.read_table(self.key(path), columns=columns, filesystem=self.fs))
 
     def row_count(self, path: Path) -> int | None:
         with _reaching(self.url):
             if self.fs.get_file_info(self.key(path)).type != pafs.FileType.File:
                 return None
-            return pq.read_metadata(self.key(path), filesystem=self.fs).num_rows
+            return _whole(lambda: pq.read_metadata(self.key(path), filesystem=self.fs).num_rows)
 
     def write_bytes(self, path: Path, data: bytes) -> None:
         with _reaching(self.url), self.fs.open_output_stream(self.key(path)) as out:
@@ -94,7 +114,7 @@ class S3Store(LocalStore):
 
     def schema_of(self, path: Path) -> pa.Schema:
         with _reaching(self.url):
-            return pq.read_schema(self.key(path), filesystem=self.fs)
+            return _whole(lambda: pq.read_schema(self.key(path), filesystem=self.fs))
 
     def scan(self, con: duckdb.DuckDBPyConnection, files: Sequence[Path], schema: pa.Schema, name: str) -> str:
         import pyarrow.dataset as ds  # deferred: half a second of import that only an S3 read needs

@@ -335,3 +335,28 @@ def test_memory_stays_flat_for_two_thousand_tasks() -> None:
         tracemalloc.stop()
     assert peak < 100 * 2**20, peak
     assert ci.low < x.mean() < ci.high
+
+
+# --- rows drawn ahead ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 37, 300, 2000])
+def test_prepared_rows_are_the_seeded_rows(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`prepare` keeps the matrix `seeded_counts` draws, chunk for chunk; the intervals and resample sums over it
+    are bit for bit those drawn afresh, and another length or resampling still draws its own."""
+    monkeypatch.setattr(bootstrap, "_PREPARED", {})
+    resampling = Resampling(n_resamples=3_001, seed=17)
+    fresh = [chunk.copy() for chunk in seeded_counts(resampling)(n)]
+    vectors = [np.random.default_rng(n).uniform(0, 1, n), np.random.default_rng(n + 1).uniform(0, 1, n + 1)]
+    drawn = bootstrap.ResampleSums(vectors, resampling)
+    bootstrap.prepare(n, resampling)
+    assert list(bootstrap._PREPARED) == [(resampling, n)]
+    kept = [chunk.copy() for chunk in seeded_counts(resampling)(n)]
+    assert [c.shape for c in kept] == [c.shape for c in fresh]
+    assert all(np.array_equal(a, b) for a, b in zip(kept, fresh, strict=True))
+    again = bootstrap.ResampleSums(vectors, resampling)
+    assert again.intervals() == drawn.intervals()
+    assert all(np.array_equal(a, b) for a, b in zip(again.sums, drawn.sums, strict=True))  # type: ignore[arg-type]
+    other = Resampling(n_resamples=3_001, seed=18)
+    assert np.array_equal(next(seeded_counts(other)(n)), next(iter(fresh))) == (n == 1)  # one Task: one count
+    assert list(bootstrap._PREPARED) == [(resampling, n)]
