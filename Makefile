@@ -16,7 +16,7 @@ test: setup
 	.venv/bin/python -m pytest -q -n $(WORKERS) -m "not serial"; parallel=$$?; \
 	.venv/bin/python -m pytest -q -m serial; serial=$$?; \
 	echo "FIGURE suite_seconds $$(( $$(date +%s) - start )) s"; \
-	[ $$parallel -eq 0 ] && [ $$serial -eq 0 ]
+	[ $$parallel -eq 0 ] && { [ $$serial -eq 0 ] || [ $$serial -eq 5 ]; }  # 5: no serial test is left
 
 lint: setup
 	@.venv/bin/ruff check . && .venv/bin/mypy

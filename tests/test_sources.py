@@ -369,5 +369,6 @@ def test_a_static_trials_evidence_looks_for_no_folder(tmp_path: Path, monkeypatc
         "started_at": datetime(2026, 12, 5), "finished_at": datetime(2026, 12, 5), "cached_input_tokens": 0,
         "model_calls": 1}
     record = TrialRecord.model_validate(row)
-    evidence = sources._of_record(record, Path(record.trial_dir))
+    folder = sources.here(Warehouse(AmberPaths(tmp_path / "amber")), record.trial_dir)
+    evidence = sources._of_record(record, folder)
     assert {k: getattr(evidence, k) for k in trial_folders.NO_FOLDER} == trial_folders.NO_FOLDER

@@ -137,10 +137,12 @@ def derive(wh: Warehouse, trial_file: Path, listed: StoredFile | None = None) ->
     if wh.store.exists(stored):
         return stored
     records = [TrialRecord.model_validate(r) for r in _rows(wh, trial_file)]
-    for cell_dir in {here(wh, r.trial_dir).parent for r in records}:
+    folders = [here(wh, r.trial_dir) for r in records]
+    for cell_dir in {f.parent for f in folders if f is not None}:
         wh.store.fetch_folder(cell_dir)
-    wh.write_parquet(_table([(r.workspace, Path(r.trial_dir).parent, _of_record(r, here(wh, r.trial_dir)))
-                             for r in records if r.outcome != outcomes.Kind.CANCELLED]), stored)
+    wh.write_parquet(_table([(r.workspace, Path(r.trial_dir).parent, _of_record(r, folder))
+                             for r, folder in zip(records, folders, strict=True)
+                             if r.outcome != outcomes.Kind.CANCELLED]), stored)
     for old in wh.store.files(folder, "*.parquet"):
         if old.path != stored:
             wh.store.remove(old.path)
@@ -152,9 +154,12 @@ def _rows(wh: Warehouse, path: Path) -> list[dict]:
     return [] if table is None else table.to_pylist()
 
 
-def here(wh: Warehouse, trial_dir: str) -> Path:
+def here(wh: Warehouse, trial_dir: str) -> Path | None:
     """Where a Trial folder is on this machine: as named, or at the same place below this AMBER_HOME
-    (``runs/<job>/<cell>/<trial>``) when another machine with another home ran it."""
+    (``runs/<job>/<cell>/<trial>``) when another machine with another home ran it; None for a static Trial, whose
+    row names no folder (an empty path, which would name the current directory)."""
+    if not trial_dir:
+        return None
     path = Path(trial_dir)
     if not wh.store.remote or path.is_relative_to(wh.paths.runs) or path.exists() or len(path.parts) < 4:
         return path
@@ -169,11 +174,10 @@ def refresh(wh: Warehouse) -> int:
     return len(files)
 
 
-def _of_record(r: TrialRecord, trial_dir: Path) -> TrialEvidence:
-    """A Trial's evidence: its row, and what its folder adds. A static Trial has no folder (its row names none, and
-    an empty path would name the current directory): nothing is looked for, where 1,000 of them looked for 3,000
-    files each time a static Job's results were first read."""
-    facts = trial_facts(trial_dir) if r.trial_dir else dict(NO_FOLDER)
+def _of_record(r: TrialRecord, folder: Path | None) -> TrialEvidence:
+    """A Trial's evidence: its row, and what its folder adds; a static Trial has none (`here`), so nothing is
+    looked for, where 1,000 of them looked for 3,000 files each time a static Job's results were first read."""
+    facts = trial_facts(folder) if folder is not None else dict(NO_FOLDER)
     return TrialEvidence(
         source=r.job_id, trial_name=r.trial_name, task_name=r.task_name, agent=r.agent,
         model=None if r.model_configuration == NO_MODEL else r.model_configuration, attempt=r.attempt,

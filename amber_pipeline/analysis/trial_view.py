@@ -272,10 +272,8 @@ def _record(wh: Warehouse, job_id: str, cell: JobCell, trial: str) -> TrialRecor
 def _folder(wh: Warehouse, trial_dir: str) -> Path | None:
     """The Trial's Harbor folder on this machine (fetched from the result store when it must be); None for a
     static Trial, which has none."""
-    if not trial_dir:
-        return None
     folder = sources.here(wh, trial_dir)  # where another machine's home put it, here
-    return folder if wh.store.fetch_folder(folder) and folder.is_dir() else None
+    return folder if folder is not None and wh.store.fetch_folder(folder) and folder.is_dir() else None
 
 
 def _neighbours(cells: Sequence[JobCell], by_cell: dict[str, list[tuple[TrialEvidence, Outcome]]], cell: JobCell,
