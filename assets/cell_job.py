@@ -5,7 +5,9 @@ one partition of `cells`, named for people (`demo-bench@1/terminus-2/replay-stro
 its key, with the hashes, is the run tag `amber/cell`). A cell run is launched
 for one Job (the run tag `amber/job`) as the Job starts (`launcher/cell_runs.py`);
 it runs that Job's Trials of the cell, then scores every cell of the Benchmark
-Version and compares them, and only then marks the cell done.
+Version and compares them, and only then marks the cell done. For a Job that
+stops once decided, the cell's score also shows where the Job's comparisons
+stand and what stopping saved.
 """
 
 from collections import Counter
@@ -13,7 +15,10 @@ from collections.abc import Collection, Mapping, Sequence
 
 import dagster as dg
 
-from amber_pipeline.jobs import cell_names, cell_run
+from amber_pipeline.errors import NotFound
+from amber_pipeline.jobs import cell_names, cell_run, records, stopping
+from amber_pipeline.jobs.decisions import Stopping
+from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.schemas import TrialRecord
 from assets import metadata_tables
 from assets.resources import WarehouseResource
@@ -81,14 +86,16 @@ CELL_AGGREGATES = dg.AssetSpec(
     "cell_aggregates", deps=["rewards"], group_name="amber", kinds={"parquet"},
     description="The cell's score: mean Reward averaged per Task, then across Tasks, with a 95% bootstrap "
                 "confidence interval resampled over Tasks (10,000 seeded resamples); its total cost, mean Trial "
-                "duration and the number of Errored Trials, shown apart. One score per Workspace that ran the cell.")
+                "duration and the number of Errored Trials, shown apart. One score per Workspace that ran the cell. "
+                "A cell run of a Job that stops once decided also shows the Job's decision (job_decision).")
 
 
 @dg.multi_asset(specs=[REWARDS, CELL_AGGREGATES], partitions_def=cells, can_subset=False)
 def cell_scores(context: dg.AssetExecutionContext, warehouse: WarehouseResource):
     """Scores every cell of this cell's Benchmark Version over all their stored Trials with the scoring engine
     and compares them, then marks the Job's cell done: its per-Task Rewards, its score beside its neighbours',
-    and every comparison, its version's made again (recorded as a materialization of `comparisons`)."""
+    and every comparison, its version's made again (recorded as a materialization of `comparisons`); for a Job
+    that stops once decided, where its comparisons stand and what stopping saved."""
     wh = warehouse.get()
     key = cell_names.key_of(wh, context.partition_key)
     scores = cell_run.store_results(wh, key, context.run.tags.get(JOB_TAG))
@@ -106,12 +113,25 @@ def cell_scores(context: dg.AssetExecutionContext, warehouse: WarehouseResource)
                      "ci95": f"[{c.ci95.low:.3f}, {c.ci95.high:.3f}]", "errored": c.errored}
     if scores.cells:
         metadata["plot"] = dg.MetadataValue.md(metadata_tables.version_plots(scores.cells, names))
+    if (stopped := _stopping(wh, context.run.tags.get(JOB_TAG))) is not None:
+        metadata["job_decision"] = metadata_tables.decision(stopped)
     yield dg.MaterializeResult(asset_key="cell_aggregates", metadata=metadata)
     if scores.cells:
         context.log_event(dg.AssetMaterialization(
             "comparisons", description="Every comparison, this cell's Benchmark Version's compared again as the "
                                        "cell finished.",
             metadata=metadata_tables.comparisons(wh)))
+
+
+def _stopping(wh: Warehouse, job_id: str | None) -> Stopping | None:
+    """The run's Job's decision and savings, when it is a Job that stops once decided (`stopping.summary`)."""
+    if job_id is None:
+        return None
+    try:
+        job = records.get_job(wh, job_id, None)
+    except NotFound:  # a run tagged with a Job no longer there: its scores are still shown
+        return None
+    return stopping.summary(wh, job)
 
 
 cell_job = dg.define_asset_job(

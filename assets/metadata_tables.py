@@ -1,4 +1,5 @@
-"""What the UI shows of scores: tables and plots in the metadata of the cell and comparison assets.
+"""What the UI shows of scores: tables and plots in the metadata of the cell and comparison assets, and the
+decision of a Job that stops once decided.
 
 Tables are Dagster table metadata, which the UI shows inline (Markdown sits
 behind a "Show Markdown" button). Plots are inline PNGs in Markdown: Dagster
@@ -8,10 +9,13 @@ behind a "Show Markdown" button). Plots are inline PNGs in Markdown: Dagster
 from __future__ import annotations
 
 import math
+import re
 
 import dagster as dg
 
 from amber_pipeline.analysis import frontier, plots
+from amber_pipeline.analysis.render_report import render_stopping
+from amber_pipeline.jobs.decisions import Stopping
 from amber_pipeline.scoring import engine
 from amber_pipeline.warehouse.catalog import Warehouse
 
@@ -49,6 +53,15 @@ def _cell_record(c: engine.CellScore, name: str, this: bool) -> dg.TableRecord:
         "mean_reward": round(float(c.mean), 3), "ci95": f"[{c.ci95.low:.3f}, {c.ci95.high:.3f}]",
         "cost_usd": round(c.cost_usd, 6), "mean_duration_s": round(float(c.mean_duration_sec), 1),
         "errored": c.errored})
+
+
+def decision(stopping: Stopping) -> dg.MarkdownMetadataValue:
+    """Where a stopping Job's comparisons stand and what stopping saved, as `amber report` prints it (so the UI and
+    the CLI say the same thing in the same words), in a code block: the labels in it are shown as typed, never read
+    as Markdown or HTML."""
+    text = "\n".join(render_stopping(stopping)).strip("\n")
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", text)), default=0))
+    return dg.MetadataValue.md(f"{fence}text\n{text}\n{fence}")
 
 
 def version_plots(cells: list[engine.CellScore], names: dict[str, str]) -> str:

@@ -1,6 +1,6 @@
 """Jobs that stop once their comparison is decided: wrong verdicts under the null, Trials saved, coverage.
 
-Simulates whole Jobs of one pair of cells with ``analysis.sequential``: each Version's N Tasks get cell B's
+Simulates whole Jobs of one pair of cells with ``scoring.sequential``: each Version's N Tasks get cell B's
 success probability from a spread like real Benchmarks' (35% of Tasks Beta(0.3, 3), mostly failed; 35%
 Beta(3, 0.3), mostly solved; 30% Beta(2, 2)), cell A's is B's shifted on the logit scale so that the
 Version's expected difference is exactly the one asked, and each cell makes k = 3 Bernoulli Trials per
@@ -13,7 +13,10 @@ all N. Measured, over ``--jobs`` Jobs per setting (10,000 by default):
 * a true difference of 10, 20 and 30 points on 200 Tasks, margin 0: the median share of the full Job's
   Trials a stopped Job runs (FIGURE at 20 points);
 * coverage: the share of all these Jobs, plus -20 points and a null with a 10-point margin, whose
-  interval at the stop contains the Version's expected difference.
+  interval at the stop contains the Version's expected difference;
+* the demo's Job (replay-strong against replay-weak, 8 Tasks) in each of its 70 orders, at 3, 5 and 10
+  Trials per Task: how many orders stop early. Eight Tasks are few: the interval decides only once the
+  Tasks left cannot change the answer.
 
 Goals: wrong verdicts <= 0.05, share at 20 points <= 0.40, coverage >= 0.95; the bench exits 1 if one
 is missed. `--smoke` runs 200 Jobs per setting: the figures are then noisy and the goals not enforced.
@@ -24,18 +27,20 @@ is missed. `--smoke` runs 200 Jobs per setting: the figures are then noisy and t
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import time
 
 import numpy as np
 
-from amber_pipeline.analysis import sequential as sq
+from amber_pipeline.scoring import sequential as sq
 
 ATTEMPTS = 3
 ALPHA = 0.05
 NULL_SIZES = (100, 500)
 EFFECT_TASKS = 200
 EFFECTS = (10, 20, 30)
+DEMO_ATTEMPTS = (3, 5, 10)
 
 
 def wrong_better(jobs: sq.SimulatedJobs) -> float:
@@ -49,6 +54,19 @@ def describe(name: str, jobs: sq.SimulatedJobs) -> str:
     verdicts = ", ".join(f"{v} {c:.3f}" for v, c in zip(sq.VERDICTS, counts, strict=True) if c > 0)
     return (f"  {name}: Trials share median {np.median(share):.3f} mean {share.mean():.3f}; verdicts {verdicts}; "
             f"covered {jobs.covered.mean():.4f}")
+
+
+def demo_line(attempts: int) -> str:
+    """The demo's Job (replay-strong against replay-weak on its 8 Tasks) in every order of its Tasks: where it
+    stops, with ``attempts`` Trials per Task. The replays' per-Task differences are fixed (+1 on four Tasks, 0 on
+    four), so only the order varies."""
+    d = np.array([[1.0 if i in ones else 0.0 for i in range(8)] for ones in itertools.combinations(range(8), 4)])
+    jobs = sq.stopped_jobs(d, np.full(len(d), 0.5), ALPHA, attempts)
+    early = jobs.tasks_seen < 8
+    after = ", ".join(map(str, sorted(set(jobs.tasks_seen[early].tolist())))) or "-"
+    verdicts = ", ".join(f"{sq.VERDICTS[v]} {n}" for v, n in enumerate(np.bincount(jobs.verdicts, minlength=4)) if n)
+    return (f"demo, 8 Tasks, {attempts} Trials per Task: {early.sum()} of {len(d)} orders stop early (after {after} "
+            f"Tasks); verdicts after the last Task looked at: {verdicts}")
 
 
 def main() -> None:
@@ -87,6 +105,8 @@ def main() -> None:
     margin = sq.simulate_stopped_jobs(0, EFFECT_TASKS, ATTEMPTS, ALPHA, 10.0, args.jobs, seed=args.seed + 9)
     every.append(margin)
     print(describe(f"null, {EFFECT_TASKS} Tasks, margin 10 points", margin))
+    for attempts in DEMO_ATTEMPTS:
+        print(demo_line(attempts))
 
     coverage = float(np.concatenate([j.covered for j in every]).mean())
     worst = max(type1)

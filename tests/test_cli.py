@@ -350,7 +350,7 @@ def test_results_show_each_cell_with_its_ci_and_each_comparison_with_its_verdict
     assert set(found) == {"job", "benchmark", "status", "message", "cells", "comparisons", "metering_disagreements"}
     assert found["metering_disagreements"] == []  # these Trials carry no count of the Agent's own
     by_route = {c["route"]: c for c in found["cells"]}
-    assert all(set(c) == set(ReportCell.model_fields) for c in found["cells"])
+    assert all(set(c) == set(ReportCell.model_fields) - {"partial"} for c in found["cells"])  # stopped Jobs only
     assert [round(x, 3) for x in by_route["terminus-2/judge-replay"]["ci95"]] == [low, high]
     assert by_route["terminus-2/replay-strong"]["ci95"] == [1.0, 1.0]
     assert by_route["terminus-2/replay-weak"]["mean_reward"] == 0.0

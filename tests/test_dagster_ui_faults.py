@@ -249,6 +249,14 @@ def submit_config(**fields: Any) -> dict[str, Any]:
     ({"agent": "nop"}, "model_configurations", "nop calls no model"),
     ({"ceiling_usd": 1e-9}, "ceiling_usd", "--ceiling"),
     ({"benchmark": "no-such-folder"}, "benchmark", "No Benchmark at "),
+    ({"model_configurations": ["replay-strong", "replay-weak"], "margin_points": 5.0}, "margin_points",
+     "A margin decides when a Job stops: add --stop-when-decided, or drop --margin-points."),
+    ({"model_configurations": ["replay-strong", "replay-weak"], "order_seed": 7}, "order_seed",
+     "Only a Job that stops once decided runs its Tasks in a seeded order"),
+    ({"stop_when_decided": True}, "stop_when_decided",
+     "A Job stops once its comparison is decided, so it needs two Model Configurations to compare"),
+    ({"model_configurations": ["replay-strong", "replay-weak"], "stop_when_decided": True, "margin_points": 60.0},
+     "margin_points", "The margin must be from 0 to 50 points, not 60: pick a number in that range."),
 ])
 def test_a_launchpad_mistake_is_refused_before_launch_naming_the_field(
         tmp_path: Path, amber_home: Path, warehouse: Warehouse, instance: dg.DagsterInstance, ui: Any,

@@ -150,6 +150,7 @@ SHARED_NAMES = {
     "audit.py": "the audit log: its records, its operation, its command",
     "benchmarks.py": "Benchmarks: their operations, their commands and their web page",
     "jobs.py": "Jobs: their operations, their commands and their web page",
+    "results.py": "a Job's results: their operation and how the CLI prints them",
     "models.py": "Model Configurations: their operations and their commands",
     "money.py": "Workspaces' money: its operations and their commands",
     "sql.py": "`amber sql`: the confined engine, its operation, its command",

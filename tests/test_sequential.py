@@ -1,4 +1,4 @@
-"""Tests for amber_pipeline.analysis.sequential: the anytime-valid interval of a Job that stops once decided.
+"""Tests for amber_pipeline.scoring.sequential: the anytime-valid interval of a Job that stops once decided.
 
 Independent references:
 * the construction -> a direct, one-value-at-a-time implementation of the module docstring's formulas
@@ -19,7 +19,7 @@ import math
 import numpy as np
 import pytest
 
-from amber_pipeline.analysis import sequential as sq
+from amber_pipeline.scoring import sequential as sq
 
 try:
     from confseq import betting as confseq_betting

@@ -18,6 +18,7 @@ from amber_pipeline.analysis.report import (
     ReportCell,
     RoundReport,
 )
+from amber_pipeline.jobs.decisions import Stopping
 
 
 def _p(x: float | None, digits: int = 1) -> str:
@@ -72,7 +73,7 @@ def render_text(report: RoundReport) -> str:
         if tasks:
             lines.append(f"  {title}: {_names(tasks)}")
     lines += ["", *render_cells(report.cells, report.comparisons, report.missing_tasks),
-              *render_metering(report.metering_disagreements)]
+              *render_stopping(report.stopping), *render_metering(report.metering_disagreements)]
     t = report.totals
     lines += ["", f"Totals: {t.trials} Trials, {t.input_tokens} input and {t.output_tokens} output tokens, "
                   f"{t.cost_usd:.4f} USD, {t.duration_sec:.1f} s of Trial time"]
@@ -89,16 +90,43 @@ def render_cells(cells: Sequence[ReportCell], comparisons: Sequence[CellComparis
     several = len({c.source for c in cells}) > 1
     for c in cells:
         low, high = c.ci95
-        name = f"{c.source}: {c.route}" if several else c.route
+        name = (f"{c.source}: {c.route}" if several else c.route) + (" (partial)" if c.partial else "")
         lines.append(f"  {name:<40} {c.n_tasks:>5} {c.n_trials:>6} {_p(c.mean_reward, 3):>11} "
                      f"{'[' + _p(low, 3) + ', ' + _p(high, 3) + ']':>16} {_p(c.pass_rate.percent):>8}% "
                      f"{c.cost_usd:>10.4f} {_p(c.mean_duration_sec):>7} s {c.errored:>7}")
+    if any(c.partial for c in cells):
+        lines.append("  (partial): the Job stopped once decided, and the cell ran only the Tasks before the stop, "
+                     "a random sample of the Version's: its numbers cover those Tasks")
     for d in comparisons:
         low, high = d.ci95
         verdict = "too close to call" if d.too_close_to_call else f"{d.better} is better"
         lines.append(f"  {d.better} vs {d.worse}: mean Reward difference {_p(d.mean_difference, 3)}, "
                      f"95% CI [{_p(low, 3)}, {_p(high, 3)}] over {d.n_shared_tasks} shared Tasks: {verdict}")
     return lines + render_missing(missing)
+
+
+def render_stopping(stopping: Stopping | None) -> list[str]:
+    """A Job run with stop_when_decided: each comparison's anytime-valid interval and verdict (at the stop, or so
+    far), and what stopping saved (none for any other Job)."""
+    if stopping is None:
+        return []
+    d = stopping.decision
+    confidence = f"{100 * (1 - d.alpha):.0f}%"
+    margin = f", margin {d.margin_points:g} points" if d.margin_points else ""
+    if stopping.stopped_early:
+        head = f"Stopped early after {d.tasks_seen} of {d.tasks_total} Tasks: every comparison was decided"
+    elif d.decided:
+        head = f"Every comparison decided after {d.tasks_seen} of {d.tasks_total} Tasks"
+    else:
+        head = f"Not decided after {d.tasks_seen} of {d.tasks_total} Tasks"
+    lines = ["", f"{head} (anytime-valid {confidence} intervals for the whole Benchmark Version, all comparisons "
+                 f"together{margin})"]
+    lines += [f"  {p.sentence()}" for p in d.pairs]
+    saved = stopping.trials_saved
+    lines.append(f"  Ran {stopping.trials_run} of {stopping.trials_planned} Trials ({saved} not run); charged "
+                 f"{stopping.charged_usd:.6f} of {stopping.reserved_usd:.6f} USD reserved, "
+                 f"{stopping.refunded_usd:.6f} USD refunded")
+    return lines
 
 
 def render_metering(found: Sequence[MeteringDisagreement] | None) -> list[str]:

@@ -35,6 +35,7 @@ from amber_pipeline.analysis.evidence import TrialEvidence
 from amber_pipeline.analysis.scores import wall_time_sec
 from amber_pipeline.analysis.statistics import Bounds, defined, defined_interval
 from amber_pipeline.errors import AmberError
+from amber_pipeline.jobs.decisions import Stopping
 
 Cause = Literal["dead_tools", "agent_errors", "agent_timeouts", "early_stops", "unscored", "other"]
 CAUSES: tuple[Cause, ...] = ("dead_tools", "agent_errors", "agent_timeouts", "early_stops", "unscored",
@@ -87,6 +88,9 @@ class ReportCell(BaseModel):
     errored: int = Field(description="Errored Trials (a failure outside Model and Agent), kept out of the score.")
     n_tasks: int = Field(description="Tasks with a Reward in the score.")
     n_trials: int
+    partial: bool | None = Field(None, exclude_if=absent, description=(
+        "In a Job that stopped once its comparisons were decided: true when the cell ran only some of the "
+        "Version's Tasks, so its mean covers those (a random sample of them), not the whole Version."))
 
 
 class CellComparison(BaseModel):
@@ -230,6 +234,7 @@ class RoundReport(BaseModel):
     labels_unmatched: int | None = Field(None, description="Labels that name no failed attempt of the round.")
     missing_tasks: list[MissingTasks] | None = Field(None, exclude_if=absent)
     metering_disagreements: list[MeteringDisagreement] | None = Field(None, exclude_if=absent)
+    stopping: Stopping | None = Field(None, exclude_if=absent)
 
     # Not annotated: pydantic would take a return annotation for the schema, and /openapi.json would lose the fields.
     @model_serializer(mode="wrap")
@@ -397,7 +402,8 @@ def build_report(evidence: list[TrialEvidence], *, all_tasks: list[str] | None =
                  task_time_limits: dict[str, float] | None = None,
                  labels: dict[str, str] | None = None,
                  missing_tasks: list[MissingTasks] | None = None,
-                 metering_disagreements: list[MeteringDisagreement] | None = None) -> RoundReport:
+                 metering_disagreements: list[MeteringDisagreement] | None = None,
+                 stopping: Stopping | None = None) -> RoundReport:
     """The round's report.
 
     ``all_tasks``: every Task of the Benchmark Version, for the strict pass rate (default: the Tasks
@@ -444,6 +450,10 @@ def build_report(evidence: list[TrialEvidence], *, all_tasks: list[str] | None =
     outcomes = Counter(outcome(e) for e in round_)
 
     cells, comparisons = _cells(evidence, task_names)
+    if stopping is not None and stopping.stopped_early:
+        ran = {route: len({e.task_name for e in es}) for route, es in _group(evidence, lambda e: e.route).items()}
+        cells = [c.model_copy(update={"partial": ran.get(c.route, 0) < stopping.decision.tasks_total})
+                 for c in cells]
     return RoundReport(
         sources=sorted({e.source for e in evidence}),
         routes=sorted({e.route for e in evidence}),
@@ -473,4 +483,5 @@ def build_report(evidence: list[TrialEvidence], *, all_tasks: list[str] | None =
         **(_labels(failed, labels) if labels is not None else LabelCheck()),
         missing_tasks=missing_tasks,
         metering_disagreements=metering_disagreements,
+        stopping=stopping,
     )

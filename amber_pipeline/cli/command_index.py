@@ -22,7 +22,9 @@ AREAS = ("jobs", "benchmarks", "models", "agents", "money", "audit", "report", "
 COMMANDS: dict[str, tuple[str, str]] = {
     'results': ('jobs', "The cells of a Job's report: each cell's score with its 95% bootstrap CI, and "
                         'the paired comparisons; for a\nJob that stopped early (ceiling_reached or '
-                        'cancelled), also the Tasks it left without a scored Trial.'),
+                        'cancelled), also the Tasks it left without a scored Trial; for one\nrun with '
+                        "--stop-when-decided, each comparison's anytime-valid interval and verdict, and "
+                        'what stopping saved.'),
     'job': ('jobs', 'Quote, start, follow and cancel Jobs.'),
     'benchmark': ('benchmarks', 'Upload, validate and publish Benchmarks; list and show the ones your Workspace '
                                 'sees.'),

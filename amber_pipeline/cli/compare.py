@@ -191,7 +191,10 @@ def plan_cmd(
     flip_share: Annotated[float, typer.Option(
         "--flip-share", help="Percent of results that flip between two runs on the same Tasks (0-100].")] = 10.0,
     change: Annotated[float | None, typer.Option(
-        "--change", help="A change in points: how many Tasks it needs.")] = None,
+        "--change", help="A change in points: how many Tasks it needs, and what a Job that stops once decided "
+                         "spends at that true difference.")] = None,
+    margin: Annotated[float, typer.Option(
+        "--margin-points", help="The margin such a Job is decided with, in points (0: none).")] = 0.0,
     as_json: options.Json = False,
 ) -> None:
     """What a round can detect (80% power), and how many Tasks a change needs; rates in percent."""
@@ -199,7 +202,8 @@ def plan_cmd(
 
     if tasks is None:
         raise AmberError("Give the number of Tasks in the round with --tasks N.")
-    result = planning.plan(tasks, attempts, _percent(rate, "--rate"), _percent(flip_share, "--flip-share"), change)
+    result = planning.plan(tasks, attempts, _percent(rate, "--rate"), _percent(flip_share, "--flip-share"), change,
+                           margin)
     if as_json:
         out.json(result.model_dump(mode="json"))
         return
@@ -217,5 +221,11 @@ def plan_cmd(
                  + " on the same Tasks and "
                  + ("no number of Tasks" if need.other_tasks is None else f"{need.other_tasks} Tasks")
                  + " on other Tasks.")
+    if (s := result.stopping) is not None:
+        within = f" with a {s.margin_points:g}-point margin" if s.margin_points else ""
+        out.line(f"A Job that stops once decided (--stop-when-decided{within}) runs a median "
+                 f"{s.median_trials_share_percent:.0f}% of its Trials at a true difference of {change:g} points "
+                 f"(mean {s.mean_trials_share_percent:.0f}%; of {s.jobs_simulated} simulated Jobs "
+                 f"{s.decided_percent:.0f}% stopped early and {s.right_percent:.0f}% decided rightly).")
     for note in result.notes:
         out.line(f"note: {note}")

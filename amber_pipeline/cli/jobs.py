@@ -11,10 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from pydantic import BaseModel, Field
 
 from amber_pipeline.agents.specs import DEFAULT_AGENT
-from amber_pipeline.analysis.report import CellComparison, MeteringDisagreement, MissingTasks, ReportCell, absent
 from amber_pipeline.cli import options
 from amber_pipeline.cli.context import Context
 from amber_pipeline.cli.output import inert, out
@@ -23,7 +21,7 @@ if TYPE_CHECKING:
     from amber_pipeline.jobs import records
     from amber_pipeline.jobs.quotes import Quote
     from amber_pipeline.jobs.request import JobRequest
-    from amber_pipeline.operations.jobs import Progress, QuoteRequest, Results
+    from amber_pipeline.operations.jobs import Progress, QuoteRequest
 
 app = typer.Typer()
 job_app = typer.Typer(no_args_is_help=True, help="Quote, start, follow and cancel Jobs.")
@@ -33,10 +31,13 @@ app.add_typer(job_app, name="job")
 @job_app.command("quote")
 def job_quote(ctx: typer.Context, benchmark: options.Benchmark, agent: options.Agent = DEFAULT_AGENT,
               model: options.Model = None, trials: options.Trials = 1, bounds: options.Bounds = False,
-              public: options.Public = False, ceiling: options.Ceiling = None) -> None:
+              public: options.Public = False, ceiling: options.Ceiling = None,
+              stop: options.StopWhenDecided = False, margin: options.Margin = None,
+              seed: options.OrderSeed = None) -> None:
     """Quote a Job and reserve its amount from the Wallet; start it within the hour with `amber job start`."""
     c = Context.of(ctx)
-    with sent(c, options.job_request(benchmark, agent, model, trials, bounds, public, ceiling)) as request:
+    with sent(c, options.job_request(benchmark, agent, model, trials, bounds, public, ceiling, stop, margin,
+                                     seed)) as request:
         made = c.call("job_quote", request)
     print_quote(made)
     out.line(f"Start it within the hour with: amber job start {made.id}")
@@ -55,11 +56,14 @@ def job_start(ctx: typer.Context,
 def job_submit(ctx: typer.Context, benchmark: options.Benchmark, agent: options.Agent = DEFAULT_AGENT,
                model: options.Model = None, trials: options.Trials = 1, bounds: options.Bounds = False,
                public: options.Public = False, ceiling: options.Ceiling = None,
+               stop: options.StopWhenDecided = False, margin: options.Margin = None,
+               seed: options.OrderSeed = None,
                wait: Annotated[bool, typer.Option("--wait", help="Follow the Job with a progress bar, then print "
                                                                  "its results.")] = False) -> None:
     """Quote a Job and start it at once."""
     c = Context.of(ctx)
-    with sent(c, options.job_request(benchmark, agent, model, trials, bounds, public, ceiling)) as request:
+    with sent(c, options.job_request(benchmark, agent, model, trials, bounds, public, ceiling, stop, margin,
+                                     seed)) as request:
         started = c.call("job_submit", request)
     print_notice(started.notice)
     print_quote(started.quote)
@@ -122,60 +126,30 @@ def job_wait(ctx: typer.Context, job_id: options.JobId) -> None:
     follow(Context.of(ctx), job_id)
 
 
-class ShownResults(BaseModel):
-    """What `amber results --json` prints: the Job, and the cells, comparisons, metering and missing Tasks of its
-    report."""
-
-    job: str
-    benchmark: str
-    status: str
-    message: str | None
-    cells: list[ReportCell]
-    comparisons: list[CellComparison]
-    metering_disagreements: list[MeteringDisagreement]
-    missing_tasks: list[MissingTasks] | None = Field(None, exclude_if=absent)
-
-
 @app.command("results")
 def results(ctx: typer.Context, job_id: options.JobId, as_json: options.Json = False) -> None:
     """The cells of a Job's report: each cell's score with its 95% bootstrap CI, and the paired comparisons; for a
-    Job that stopped early (ceiling_reached or cancelled), also the Tasks it left without a scored Trial."""
+    Job that stopped early (ceiling_reached or cancelled), also the Tasks it left without a scored Trial; for one
+    run with --stop-when-decided, each comparison's anytime-valid interval and verdict, and what stopping saved."""
     from amber_pipeline.analysis import render_report, sources
+    from amber_pipeline.cli.results import print_cells, shown_report
 
     found = Context.of(ctx).call("job_results", job_id=job_id)
     job = found.job
     if found.report is None and found.missing_tasks is None:
         raise sources.NoTrials(f"Job {job.id}")
-    shown = _shown_report(found)
+    shown = shown_report(found)
     if as_json:
         out.json(shown.model_dump(mode="json"))
         return
     out.line(f"{job.id} on {job.benchmark_label}" + (f": {job.status} ({job.message})"
                                                      if job.status != "completed" and job.message else ""))
     if shown.cells:
-        _print_cells(shown)
+        print_cells(shown)
     else:
         out.line("No Trial of it has a result.")
         for line in render_report.render_missing(shown.missing_tasks):
             out.line(line)
-
-
-def _shown_report(found: Results) -> ShownResults:
-    """The report of a Job as the CLI prints it; with no Trial run, only what is missing."""
-    job, report = found.job, found.report
-    return ShownResults(job=job.id, benchmark=job.benchmark_label, status=job.status, message=job.message,
-                        cells=[] if report is None else report.cells,
-                        comparisons=[] if report is None else report.comparisons,
-                        metering_disagreements=[] if report is None else found.metering_disagreements,
-                        missing_tasks=found.missing_tasks)
-
-
-def _print_cells(shown: ShownResults) -> None:
-    from amber_pipeline.analysis import render_report
-
-    for line in (render_report.render_cells(shown.cells, shown.comparisons, shown.missing_tasks)
-                 + render_report.render_metering(shown.metering_disagreements)):
-        out.line(line)
 
 
 @contextlib.contextmanager
@@ -227,6 +201,7 @@ def follow(c: Context, job_id: str) -> None:
     On this machine, what its results need is made ready while the Job runs (`_ready_for_results`), so they print
     as soon as it ends."""
     from amber_pipeline.analysis import render_report
+    from amber_pipeline.cli.results import print_cells, shown_report
 
     job = watch(c, job_id, meanwhile=None if c.remote is not None else _ready_for_results)
     if job.status != "completed":
@@ -237,7 +212,7 @@ def follow(c: Context, job_id: str) -> None:
         for line in render_report.render_missing(found.missing_tasks):
             out.line(line)
         return
-    _print_cells(_shown_report(found))
+    print_cells(shown_report(found))
 
 
 def _ready_for_results(found: Progress) -> None:

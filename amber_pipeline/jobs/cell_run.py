@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from amber_pipeline import failpoints
 from amber_pipeline.agents.specs import agent_spec
-from amber_pipeline.jobs import harbor_job, lifecycle, placement, records, recovery
+from amber_pipeline.jobs import harbor_job, lifecycle, placement, records, recovery, stopping
 from amber_pipeline.jobs.cell_models import TranscriptCall
 from amber_pipeline.jobs.outcomes import Kind, ProviderSignal
 from amber_pipeline.jobs.static_run import run_static_cell
@@ -80,6 +80,8 @@ def _run_trials(wh: Warehouse, job_id: str, cell_key: str,
             wh.write_parquet(trials_table(stored), rows)
         if any(r.error_type == ProviderSignal.CEILING for r in records):  # the proxy refused a call past the pool
             lifecycle.reach_ceiling(wh, job_id, "a model call would have passed the Job's Quote")
+        if run.stopping is not None:  # recomputed as Trials are stored, after their charges
+            stopping.update(wh, job_id, run.stopping)
         if on_trials_done is not None:
             on_trials_done(records)
         if folders:
@@ -90,12 +92,17 @@ def _run_trials(wh: Warehouse, job_id: str, cell_key: str,
             run.pool.refresh()  # other cells' charges, and what `amber job continue` adds
         return lifecycle.is_running(wh, job_id)
 
+    def may_start() -> bool:
+        """Whether another Trial may start: the Job runs, and has not decided its comparisons."""
+        return keep_going() and (run.stopping is None or stopping.recorded(wh, job_id) is None)
+
     folders = not agent_spec(run.cell.agent).static  # a static cell's Trials have no folders
     if not folders:
-        output = run_static_cell(run, on_batch=finished, keep_going=keep_going)
+        output = run_static_cell(run, on_batch=finished, keep_going=may_start)
     else:
         harbor_job.write(run)
-        output = run_cell(run, on_trial_done=lambda record: finished([record]), keep_going=keep_going)
+        output = run_cell(run, on_trial_done=lambda record: finished([record]), keep_going=keep_going,
+                          may_start=may_start)
         harbor_job.write(run, finished=True)
     order = {(t.name, a): i for i, (t, a) in enumerate(replace(run, done=frozenset()).todo())}
     every = sorted(kept + output.records, key=lambda r: order.get((r.task_name, r.attempt), len(order)))

@@ -16,6 +16,7 @@ audit log (`accounts/audit.py`) in the same transaction as the change itself.
 from __future__ import annotations
 
 import contextlib
+import secrets
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
@@ -33,8 +34,9 @@ from amber_pipeline.benchmarks.tasks import no_benchmark, within_limits
 from amber_pipeline.benchmarks.versions import BenchmarkVersion, FolderTasks, read_folder
 from amber_pipeline.cells import Cell
 from amber_pipeline.errors import AmberError, Forbidden, NotFound
-from amber_pipeline.jobs import cell_names, history, quotes, workers
+from amber_pipeline.jobs import cell_names, history, quotes, stopping, workers
 from amber_pipeline.jobs.budget import Pool
+from amber_pipeline.jobs.decisions import JobDecision
 from amber_pipeline.jobs.outcomes import Kind
 from amber_pipeline.jobs.quotes import Quote
 from amber_pipeline.jobs.records import ACTIVE_CELL, FINAL, Job, cells_of, get_job, run_dir
@@ -300,6 +302,8 @@ def quote(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now:
         label = registry.record_folder(con, priced.folder, priced.owner) if priced.folder else priced.label
         if priced.folder:  # kept as the Version the folder became: the folder may be the server's spooled copy
             request = request.model_copy(update={"benchmark": label})
+        if request.stop_when_decided and request.order_seed is None:  # the Job's order, fixed before any Trial
+            request = request.model_copy(update={"order_seed": secrets.randbelow(2**63)})
         made = quotes.reserve(con, workspace, job_id, label, quoted.cells, now, request.ceiling_usd)
         con.execute("insert into jobs (id, workspace, submitted_by, benchmark_version_id, benchmark_owner, "
                     "trials_per_task, status, quote_id, created_at, request, purpose) "
@@ -529,7 +533,8 @@ def open_cell_run(wh: Warehouse, job_id: str, cell_key: str, prices: Prices = PR
                   if job.purpose == "validation" else None)
         return CellRun(job_id, cell, version, job.trials_per_task, run_dir(wh, job_id, cell.key), job.workspace,
                        private=job.private, prices=prices, pool=pool, allowed_providers=policy, paths=wh.paths,
-                       time_limits=limits, engine_pool=jc.engine_pool)
+                       time_limits=limits, engine_pool=jc.engine_pool,
+                       stopping=stopping.StoppingRule.of(job, [t.name for t in version.tasks]))
 
 
 def pool_left(wh: Warehouse, job_id: str) -> Decimal:
@@ -652,15 +657,16 @@ def _end_if_idle(con: Connection, job_id: str) -> None:
                        [job_id]).fetchall()
     if any(s in ACTIVE_CELL for s, _ in rows):
         return
-    row: tuple[str, str, str | None] | None = con.execute(
-        "select status, workspace, quote_id from jobs where id = ?", [job_id]).fetchone()
-    job_status, workspace, quote_id = row or ("", "", None)
+    row: tuple[str, str, str | None, str | None] | None = con.execute(
+        "select status, workspace, quote_id, stop from jobs where id = ?", [job_id]).fetchone()
+    job_status, workspace, quote_id, stop = row or ("", "", None, None)
     if job_status == "running":
         failed = [m for s, m in rows if s == "failed"]
         job_status = "failed" if failed else "completed"
         reason = f": {failed[0]}" if failed and failed[0] else ""
+        decided = JobDecision.model_validate_json(stop).sentence() if stop else None
         transition(con, job_id, job_status,
-                   f"{len(failed)} of {len(rows)} cells could not finish{reason}" if failed else None)
+                   f"{len(failed)} of {len(rows)} cells could not finish{reason}" if failed else decided)
     if job_status in FINAL and quote_id:
         wallet.release(con, workspace, wallet.latest_quote(con, job_id) or quote_id, job_id,
                        f"unspent when the Job ended {job_status}")

@@ -17,6 +17,7 @@ from amber_pipeline.benchmarks.registry import PUBLIC
 from amber_pipeline.cells import NO_MODEL, cell_file_id, model_name
 from amber_pipeline.errors import AmberError, NotFound
 from amber_pipeline.jobs import cell_names
+from amber_pipeline.jobs.decisions import JobDecision
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.money import wallet
 from amber_pipeline.warehouse.catalog import Connection, Warehouse
@@ -43,6 +44,7 @@ class Job:
     message: str | None
     request: JobRequest | None  # None for Jobs recorded before requests were kept
     purpose: str | None = None  # "validation" for an upload's validation Job
+    stop: JobDecision | None = None  # the decision a Job run with stop_when_decided stopped early on
 
     @property
     def private(self) -> bool:
@@ -93,16 +95,17 @@ class CellLaunch:
 
 _JOB_SELECT = """select j.id, j.seq, j.workspace, j.benchmark_version_id, j.benchmark_owner, b.label,
                         j.trials_per_task, j.status, j.quote_id, j.created_at, j.finished_at, j.message, j.request,
-                        j.purpose
+                        j.purpose, j.stop
                  from workspace_jobs j join benchmark_versions b
                    on b.id = j.benchmark_version_id and b.owner = j.benchmark_owner"""
 
 
 def _job(row: tuple) -> Job:
     (id_, seq, workspace, version_id, owner, label, trials, status, quote_id, created_at, finished_at, message,
-     request, purpose) = row
+     request, purpose, stop) = row
     return Job(id_, seq, workspace, version_id, owner, label, trials, status, quote_id, created_at, finished_at,
-               message, JobRequest.model_validate_json(request) if request else None, purpose)
+               message, JobRequest.model_validate_json(request) if request else None, purpose,
+               JobDecision.model_validate_json(stop) if stop else None)
 
 
 def get_job(wh: Warehouse, job_id: str, workspace: str | None) -> Job:

@@ -6,9 +6,10 @@ Job keeps it. Its checks are the rules a user can break, each refused in one
 sentence: Trials per Task from 1 to 10, an Agent Amber ships, a Model
 Configuration for an Agent that needs one and none for one that does not,
 the Agent's own Provider rule (Claude Code with Anthropic, Codex CLI with
-OpenAI), and an API key for each Provider. The rules that need the
-Benchmark or the Workspace (static Tasks, Provider policy) are checked where
-those are known, in `lifecycle.quote`.
+OpenAI), an API key for each Provider, and a Job that stops once decided
+comparing at least two Model Configurations (a margin and an order seed only
+with it). The rules that need the Benchmark or the Workspace (static Tasks,
+Provider policy) are checked where those are known, in `lifecycle.quote`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from amber_pipeline.money.amounts import as_text, parse_amount
 from amber_pipeline.paths import AmberPaths
 
 MIN_TRIALS, MAX_TRIALS = 1, 10
+MAX_MARGIN_POINTS = 50
 BOUNDS = ("oracle", "nop")
 
 
@@ -46,6 +48,16 @@ class JobRequest(BaseModel):
     ceiling_usd: float | None = Field(
         None, description="A spending ceiling of your own in USD, reserved instead of the estimate: at least the "
                           "estimate and at most what the Wallet has available.")
+    stop_when_decided: bool = Field(
+        False, description="Run the Tasks in a random order and stop once every comparison of the Model "
+                           "Configurations is decided by an anytime-valid 95% confidence sequence for the whole "
+                           "Benchmark Version; the unspent reservation is refunded.")
+    margin_points: float | None = Field(
+        None, description="With stop_when_decided: a difference of fewer points than this does not matter, so a "
+                          "comparison is also decided once its interval lies within it (0 to 50).")
+    order_seed: int | None = Field(
+        None, description="With stop_when_decided: the seed of the Tasks' random order (chosen when the Job is "
+                          "quoted if not given).")
 
     def check(self, paths: AmberPaths | None = None, workspace: str | None = None) -> list[ModelConfiguration]:
         """The request's Model Configurations, or one sentence refusing a request Amber cannot run (the
@@ -60,6 +72,7 @@ class JobRequest(BaseModel):
                                  f"{self.trials_per_task}: pick a number in that range.")
         with _about("agent"):
             spec = agent_spec(self.agent)
+        self._check_stopping(spec.needs_model)
         with _about("model_configurations"):
             if spec.needs_model and not self.model_configurations:
                 known = ", ".join(sorted(known_model_configurations(paths, workspace)))
@@ -74,6 +87,25 @@ class JobRequest(BaseModel):
                                      f"Configurations, and {mc.name} is {mc.provider}: pick another Agent or Model.")
                 require_key(mc)
         return mcs
+
+    def _check_stopping(self, needs_model: bool) -> None:
+        with _about("margin_points"):
+            if self.margin_points is not None and not self.stop_when_decided:
+                raise AmberError("A margin decides when a Job stops: add --stop-when-decided, or drop "
+                                 "--margin-points.")
+            if self.margin_points is not None and not 0 <= self.margin_points <= MAX_MARGIN_POINTS:
+                raise AmberError(f"The margin must be from 0 to {MAX_MARGIN_POINTS} points, not "
+                                 f"{self.margin_points:g}: pick a number in that range.")
+        with _about("order_seed"):
+            if self.order_seed is not None and not self.stop_when_decided:
+                raise AmberError("Only a Job that stops once decided runs its Tasks in a seeded order: add "
+                                 "--stop-when-decided, or drop the seed.")
+            if self.order_seed is not None and not 0 <= self.order_seed < 2**63:
+                raise AmberError(f"The order seed must be from 0 to 2^63 - 1, not {self.order_seed}.")
+        with _about("stop_when_decided"):
+            if self.stop_when_decided and (not needs_model or len(set(self.model_configurations)) < 2):
+                raise AmberError("A Job stops once its comparison is decided, so it needs two Model Configurations "
+                                 "to compare: give --model twice, or drop --stop-when-decided.")
 
     def cells(self, version: BenchmarkVersion, mcs: list[ModelConfiguration]) -> list[Cell]:
         """The cells of a checked request: the Agent with each of its Model Configurations (``mcs``, from

@@ -36,12 +36,14 @@ from amber_pipeline.warehouse.schemas import TrialRecord, trial_key
 
 CONCURRENCY = 16
 BATCH = 200
+STOPPING_BATCH = 16
 WATCH_INTERVAL_SEC = 1.0
 
 
 def run_static_cell(run: CellRun, *, on_batch: Callable[[list[TrialRecord]], None],
                     keep_going: Callable[[], bool] | None = None, concurrency: int = CONCURRENCY) -> CellOutput:
-    """Run the cell's static Trials; each finished batch goes to ``on_batch`` (in order, one at a time)."""
+    """Run the cell's static Trials; each finished batch goes to ``on_batch`` (in order, one at a time). Once
+    ``keep_going`` says no, no Trial starts; those in flight (a few milliseconds each) finish."""
     mc = model_configuration(run.cell.model_configuration, run.paths, run.workspace)
     instructions = {t.name: static.turns(t.instruction)[0] for t in run.benchmark.tasks}  # what a replay matches
     with cell_models(mc, instructions, Budget(run.pool, run.prices, mc), run.allowed_providers) as models:
@@ -60,6 +62,8 @@ class _StaticRunner:
         self.pending: list[TrialRecord] = []
         self.flushing = asyncio.Lock()
         self.stopped = False
+        # A Job that stops once decided looks at its comparisons after every batch: smaller ones stop it sooner.
+        self.batch = BATCH if run.stopping is None else STOPPING_BATCH
 
     async def run_all(self, concurrency: int) -> CellOutput:
         connector = aiohttp.TCPConnector(limit=concurrency)
@@ -90,15 +94,17 @@ class _StaticRunner:
                     break
         self.records.append(record)
         self.pending.append(record)
-        if len(self.pending) >= BATCH:
+        if len(self.pending) >= self.batch:
             await self._flush()
 
     async def _flush(self, force: bool = False) -> None:
         async with self.flushing:
-            if not self.pending or (len(self.pending) < BATCH and not force):
+            if not self.pending or (len(self.pending) < self.batch and not force):
                 return
             batch, self.pending = self.pending, []
             await asyncio.to_thread(self.on_batch, batch)
+            if self.run.stopping is not None and not await asyncio.to_thread(self.keep_going):
+                self.stopped = True  # the batch decided the Job's comparisons
 
     async def _trial(self, client: aiohttp.ClientSession, task: TaskSpec, attempt: int,
                      retry: int) -> tuple[TrialRecord, bool]:

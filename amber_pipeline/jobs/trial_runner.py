@@ -42,6 +42,7 @@ from amber_pipeline.cells import Cell
 from amber_pipeline.jobs import outcomes, placement
 from amber_pipeline.jobs.budget import Budget, Pool
 from amber_pipeline.jobs.cell_models import CellModels, TranscriptCall, cell_models
+from amber_pipeline.jobs.stopping import StoppingRule
 from amber_pipeline.models.configurations import model_configuration
 from amber_pipeline.models.endpoint import offline_litellm
 from amber_pipeline.models.wire import Usage
@@ -82,9 +83,17 @@ class CellRun:
     # (Task, attempt) of the Trials an earlier run of this cell in this Job stored scored: a run that resumes after
     # a crash, or goes on after `amber job continue`, keeps them and runs the others.
     done: frozenset[tuple[str, int]] = frozenset()
+    # A Job that stops once decided (`jobs/stopping.py`): its Tasks' random order, the same for every cell, and how
+    # its comparisons are decided; None for any other Job.
+    stopping: StoppingRule | None = None
 
     def todo(self) -> list[tuple[TaskSpec, int]]:
-        """The Trials this run owes, in the order they are asked for: attempt by attempt, Task by Task."""
+        """The Trials this run owes, in the order they are asked for: attempt by attempt, Task by Task; in a Job
+        that stops once decided, Task by Task in its order, each Task's attempts together."""
+        if self.stopping is not None:
+            by_name = {t.name: t for t in self.benchmark.tasks}
+            return [(by_name[n], a) for n in self.stopping.order for a in range(1, self.trials_per_task + 1)
+                    if (n, a) not in self.done]
         return [(t, a) for a in range(1, self.trials_per_task + 1) for t in self.benchmark.tasks
                 if (t.name, a) not in self.done]
 
@@ -151,8 +160,12 @@ class CellOutput:
 
 def run_cell(run: CellRun, *, concurrency: int = DEFAULT_CONCURRENCY,
              on_trial_done: Callable[[TrialRecord], None] | None = None,
-             keep_going: Callable[[], bool] | None = None) -> CellOutput:
-    """Run the cell's Trials (Tasks x Trials per Task); one record per Trial that started, and their calls."""
+             keep_going: Callable[[], bool] | None = None,
+             may_start: Callable[[], bool] | None = None) -> CellOutput:
+    """Run the cell's Trials (Tasks x Trials per Task); one record per Trial that started, and their calls.
+
+    Once ``keep_going`` says no, no Trial starts and those in flight are cancelled (the Job stopped); once
+    ``may_start`` says no, no Trial starts and those in flight finish (the Job decided its comparisons)."""
     offline_litellm()
     engine = placement.engine_of(run.engine_pool)
     client = docker_engine.connect(engine)
@@ -189,7 +202,8 @@ def run_cell(run: CellRun, *, concurrency: int = DEFAULT_CONCURRENCY,
                                                      hosts))
             if sandboxes.gateway is not None and agent.software is not None:
                 sandboxes.reach(models.proxy.port(sandboxes.gateway), net)
-        runner = _CellRunner(run, agent, models, sandboxes, on_trial_done, keep_going or (lambda: True))
+        runner = _CellRunner(run, agent, models, sandboxes, on_trial_done, keep_going or (lambda: True),
+                             may_start or keep_going or (lambda: True))
         try:
             records = asyncio.run(runner.run_all(concurrency))
         finally:
@@ -251,6 +265,7 @@ class _CellRunner:
     sandboxes: Sandboxes
     on_trial_done: Callable[[TrialRecord], None] | None
     keep_going: Callable[[], bool]
+    may_start: Callable[[], bool]
 
     @property
     def _proxy_host(self) -> str | None:
@@ -260,6 +275,9 @@ class _CellRunner:
 
     def _going(self) -> bool:
         return not (self.models is not None and self.models.ceiling_reached) and self.keep_going()
+
+    def _starting(self) -> bool:
+        return not (self.models is not None and self.models.ceiling_reached) and self.may_start()
 
     async def run_all(self, concurrency: int) -> list[TrialRecord]:
         gate = asyncio.Semaphore(concurrency)
@@ -282,8 +300,8 @@ class _CellRunner:
     async def _one(self, gate: asyncio.Semaphore, task: TaskSpec, attempt: int) -> TrialRecord | None:
         try:
             async with gate:
-                if not await asyncio.to_thread(self._going):
-                    return None  # the Job stopped: no new Trial starts
+                if not await asyncio.to_thread(self._starting):
+                    return None  # the Job stopped, or decided: no new Trial starts
                 for retry in range(outcomes.MAX_RETRIES + 1):
                     record, retry_again = await self._trial(task, attempt, retry)
                     if not retry_again or retry == outcomes.MAX_RETRIES:

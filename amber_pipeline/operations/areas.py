@@ -13,7 +13,7 @@ from amber_pipeline.operations.operation import OPERATIONS as _REGISTERED
 from amber_pipeline.operations.operation import Operation
 
 # the most used first, so a command's lookup imports the fewest areas
-AREAS = ("jobs", "money", "trials", "benchmarks", "models", "reports", "sql", "account", "audit")
+AREAS = ("jobs", "money", "results", "trials", "benchmarks", "models", "reports", "sql", "account", "audit")
 
 
 def find(name: str) -> Operation:

@@ -1,4 +1,4 @@
-"""Quotes and Jobs: quote, start, submit, cancel, follow, and read a Job's results."""
+"""Quotes and Jobs: quote, start, submit, cancel and follow (a Job's results are `results.py`'s)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import contextlib
 import math
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
@@ -15,9 +14,7 @@ from pydantic import BaseModel, Field
 from amber_pipeline import embedded, worker_socket
 from amber_pipeline.accounts.identity import SIGNED_IN
 from amber_pipeline.agents.specs import agent_spec
-from amber_pipeline.analysis import plan, report, sources
-from amber_pipeline.analysis.memo import Memo
-from amber_pipeline.analysis.report import MeteringDisagreement, MissingTasks, RoundReport
+from amber_pipeline.analysis import plan
 from amber_pipeline.benchmarks import registry
 from amber_pipeline.benchmarks.intake.archive import unpack
 from amber_pipeline.benchmarks.tasks import no_benchmark
@@ -65,23 +62,6 @@ class Progress(BaseModel):
         return self.job.ended and not any(c.status == "running" for c in self.cells)
 
 
-class Results(BaseModel):
-    job: records.Job
-    report: RoundReport | None = Field(description="The report of its Trials; null when no Trial of it ran.")
-    missing_tasks: list[MissingTasks] | None = Field(description="For a Job that stopped early (ceiling_reached "
-                                                                 "or cancelled), its Tasks without a scored Trial "
-                                                                 "per cell; else null.")
-    metering_disagreements: list[MeteringDisagreement]
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    """What a Job's record adds to the report of its Trials (`job_record`)."""
-
-    missing_tasks: list[MissingTasks] | None
-    metering_disagreements: list[MeteringDisagreement]
-
-
 def require_docker(request: JobRequest | None) -> None:
     """Sandboxes need a Docker engine; a Job of static Tasks (the Direct Agent) runs without one."""
     if request is None or not agent_spec(request.agent).static or request.bounds:
@@ -99,8 +79,6 @@ def launch(wh: Warehouse, job_id: str) -> str | None:
 
 
 FOLDER_SUFFIX = ".tar.gz"
-REPORTS: Memo[RoundReport] = Memo(16)  # an unchanged Job's report (its bootstrap), computed once per process
-METERING: Memo[list[MeteringDisagreement]] = Memo(64)  # an unchanged Job's metering disagreements (`job_record`)
 
 
 class QuoteRequest(JobRequest):
@@ -320,36 +298,3 @@ def _progress(acting: Acting, job: records.Job) -> Progress:
                     refunded_usd=money.refunded)
 
 
-@operation("GET", "/jobs/{job_id}/results")
-def job_results(acting: Acting, params: JobRef) -> Results:
-    """A Job's report: each cell's score with its 95% bootstrap CI, and the paired comparisons; for a Job that
-    stopped early (ceiling_reached or cancelled), also the Tasks it left without a scored Trial."""
-    job = records.get_job(acting.wh, params.job_id, acting.workspace)
-    version = sources.job_version(acting.wh, acting.workspace, job.id)
-    record = job_record(acting, job.id, job=job, version=version)
-    key = (version, None if record.missing_tasks is None else tuple(m.model_dump_json() for m in record.missing_tasks))
-    try:
-        found = REPORTS.get(key, lambda: report.build_report(sources.load(acting.wh, acting.workspace, job.id, version),
-                                                             missing_tasks=record.missing_tasks))
-    except sources.NoTrials:
-        found = None
-    return Results(job=job, report=found, missing_tasks=record.missing_tasks,
-                   metering_disagreements=record.metering_disagreements)
-
-
-def job_record(acting: Acting, job_id: str, *, job: records.Job | None = None,
-               version: sources.JobVersion | None = None) -> JobRecord:
-    """What a Job's record adds to the report of its Trials: for a Job that stopped early (ceiling_reached or
-    cancelled), its Tasks without a scored Trial per cell (`quotes.MissingCell`; else None), and where an Agent's
-    own token count disagrees with what the model proxy metered (`job` and `version`: the caller's, read already).
-
-    The disagreements are counts over the Job's stored Trial files alone, so they are kept per version of those
-    files (`METERING`), as its report is; what is missing depends on prices and history too, and is priced anew."""
-    job = job or records.get_job(acting.wh, job_id, acting.workspace)
-    version = version or sources.job_version(acting.wh, acting.workspace, job.id)
-    missing = ([MissingTasks.model_validate(m.as_json())
-                for m in lifecycle.missing_tasks(acting.wh, acting.workspace, job.id)]
-               if job.status in lifecycle.STOPPED_EARLY else None)
-    return JobRecord(missing_tasks=missing, metering_disagreements=METERING.get(version, lambda: [
-        MeteringDisagreement.model_validate(m)
-        for m in records.metering_disagreements(acting.wh, acting.workspace, job.id)]))

@@ -22,8 +22,8 @@ from amber_pipeline.analysis.leaderboard import NamedPlacing
 from amber_pipeline.analysis.report import RoundReport, build_report
 from amber_pipeline.analysis.trial_folders import HARBOR_PREFIX
 from amber_pipeline.errors import AmberError
-from amber_pipeline.operations.jobs import JobRecord, job_record
 from amber_pipeline.operations.operation import Acting, operation
+from amber_pipeline.operations.results import JobRecord, job_record
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.files import write_text
 
@@ -50,7 +50,8 @@ def report(acting: Acting, params: ReportRequest) -> Report:
     job = _job_record(acting, params.source)
     result = build_report(evidence, all_tasks=params.all_tasks, task_time_limits=params.task_time_limits,
                           labels=params.labels, missing_tasks=None if job is None else job.missing_tasks,
-                          metering_disagreements=None if job is None else job.metering_disagreements)
+                          metering_disagreements=None if job is None else job.metering_disagreements,
+                          stopping=None if job is None else job.stopping)
     path = None
     if params.write_json:
         path = report_path(acting.wh, acting.workspace, params.source, evidence)

@@ -8,8 +8,9 @@ from amber_pipeline.analysis import task_matrix, trial_view
 from amber_pipeline.analysis.task_matrix import TaskMatrix
 from amber_pipeline.analysis.trial_view import TrialDetail
 from amber_pipeline.jobs import lifecycle, records
-from amber_pipeline.operations.jobs import JobRef, job_record
+from amber_pipeline.operations.jobs import JobRef
 from amber_pipeline.operations.operation import Acting, operation
+from amber_pipeline.operations.results import job_record
 
 
 class TrialRequest(BaseModel):

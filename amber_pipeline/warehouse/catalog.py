@@ -77,6 +77,7 @@ create table if not exists jobs (
     message varchar, request json);
 alter table jobs add column if not exists request json;
 alter table jobs add column if not exists purpose varchar;
+alter table jobs add column if not exists stop json;  -- the decision a Job stopped early on (jobs/stopping.py)
 alter table workspaces add column if not exists provider_policy json;
 create table if not exists job_cells (
     job_id varchar not null, cell_key varchar not null, agent varchar not null,
@@ -131,7 +132,7 @@ create or replace view workspace_ledger as
 create or replace view workspace_jobs as
     select row_number() over (partition by workspace order by seq) as seq, id, workspace, submitted_by,
            benchmark_version_id, benchmark_owner, trials_per_task, status, quote_id, created_at, started_at,
-           finished_at, message, request, purpose from jobs;
+           finished_at, message, request, purpose, stop from jobs;
 create or replace view workspace_audit as
     select row_number() over (partition by workspace order by seq) as seq, created_at, workspace, user_name, action,
            job_id, quote_id, amount, detail from audit where workspace is not null;

@@ -66,11 +66,16 @@ class LocalStore:
         write_local_parquet(table, self.where(path))
 
     def read_table(self, path: Path, columns: Sequence[str] | None = None) -> pa.Table | None:
-        """The file's rows, or None when there is no such file."""
+        """The file's rows, or None when there is no such file. Read through one open file: a writer replaces the
+        file by a rename (`write_table`), and a read by path could take the size of one file and the bytes of the
+        other (a torn footer)."""
         import pyarrow.parquet as pq
 
-        where = self.where(path)
-        return pq.read_table(where, columns=columns) if where.is_file() else None
+        try:
+            with self.where(path).open("rb") as file:
+                return pq.read_table(file, columns=columns)
+        except (FileNotFoundError, IsADirectoryError):
+            return None
 
     def row_count(self, path: Path) -> int | None:
         """How many rows the stored Parquet file has (from its footer), or None when it is not stored: read by

@@ -93,6 +93,19 @@ DERIVED_VIEWS = (
         from jobs j left join ledger l on l.job_id = j.id
         where j.quote_id is not null
         group by all"""),
+    DerivedView("job_decisions", ("jobs",), """
+        select j.id as job_id, j.workspace, j.status,
+               cast(j.stop ->> '$.tasks_seen' as integer) as tasks_seen,
+               cast(j.stop ->> '$.tasks_total' as integer) as tasks_total,
+               cast(j.stop ->> '$.tasks_seen' as integer) < cast(j.stop ->> '$.tasks_total' as integer)
+                   as stopped_early,
+               p ->> '$.a' as a, p ->> '$.b' as b, p ->> '$.verdict' as verdict,
+               cast(p ->> '$.lower_points' as double) as lower_points,
+               cast(p ->> '$.upper_points' as double) as upper_points,
+               cast(j.stop ->> '$.margin_points' as double) as margin_points,
+               cast(j.stop ->> '$.alpha' as double) as alpha
+        from jobs j, unnest(cast(j.stop -> '$.pairs' as json[])) as t(p)
+        where j.stop is not null"""),
     DerivedView("cell_results", ("cell_aggregates", "benchmark_versions"), """
         select a.workspace, b.label as benchmark, a.agent, a.model_configuration, a.n_tasks, a.n_trials,
                a.mean_reward, a.ci_low, a.ci_high, a.cost_usd, a.mean_duration_sec, a.errored,

@@ -1,6 +1,8 @@
 """A Job: its cells with their scores and intervals, the paired comparisons, the forest plot and cost against
 score, the Task-by-cell matrix, the Tasks still missing with what finishing them costs, and the Job's report and
-Harbor folder to take away. Continue and cancel act through the API's operations."""
+Harbor folder to take away; for a Job run with stop_when_decided, where its comparisons stand (at its stop, or so
+far) and what stopping saved, with the cells that ran only some Tasks marked partial. Continue and cancel act
+through the API's operations."""
 
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ def job(request: Request, viewer: Viewer, _form: FormData | None) -> Page:
     return Page("job.html", {
         "progress": progress, "job": progress.job, "states": states, "report": report, "matrix": matrix,
         "missing": results.missing_tasks or [], "missing_cost": missing_cost,
-        "metering": results.metering_disagreements,
+        "metering": results.metering_disagreements, "stopping": results.stopping,
         "forest": None if report is None else plots.forest(report),
         "cost_score": None if report is None else plots.cost_score(report),
         "matrix_data": matrix_data(matrix), "differing": sum(r.differs for r in matrix.rows),

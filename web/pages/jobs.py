@@ -1,5 +1,6 @@
-"""Jobs: every Job of the Workspace with its state, Benchmark Version, cells, progress, spend against its Quote, who
-started it and when."""
+"""Jobs: every Job of the Workspace with its state (and, for one run with stop_when_decided, whether it stopped
+early and after how many Tasks), Benchmark Version, cells, progress, spend against its Quote, who started it and
+when."""
 
 from __future__ import annotations
 
