@@ -81,8 +81,8 @@ from amber_pipeline.accounts.identity import Actor, local_user
 from amber_pipeline.jobs import cell_run, lifecycle, records
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.money import wallet
-from amber_pipeline.operations.jobs import JobRef, QuoteRequest
 from amber_pipeline.operations.areas import OPERATIONS  # every area's operations, the API's whole list
+from amber_pipeline.operations.jobs import JobRef, QuoteRequest
 from amber_pipeline.operations.operation import call_local
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse

@@ -310,7 +310,8 @@ def test_the_engine_is_asked_which_tags_it_holds_as_the_sdk_lists_them(monkeypat
     list: a name the engine would resolve (`python` for `python:latest`, an id's prefix) or refuses is not held."""
     from amber_pipeline.sandbox import docker_engine, held_images
 
-    listed = {t for image in docker_engine.connect().api.images() for t in image.get("RepoTags") or ()}
+    listed = {t for image in docker_engine.connect().api.images() for t in image.get("RepoTags") or ()
+              if t != "<none>:<none>"}  # how this engine lists an untagged image: no tag of one
     some = sorted(listed)[:3]
     asked = {*some, *(t.split(":")[0] for t in some), "amber-never-built:0", "Not A Reference!"}
     for at_most in (64, 0):

@@ -43,7 +43,7 @@ from amber_pipeline.analysis.trial_folders import (
 )
 from amber_pipeline.cells import NO_MODEL
 from amber_pipeline.errors import AmberError, NotFound
-from amber_pipeline.jobs import outcomes
+from amber_pipeline.jobs import outcomes, records
 from amber_pipeline.warehouse import schemas
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.schemas import TrialRecord
@@ -91,10 +91,9 @@ def load(wh: Warehouse, workspace: str, source: str, version: JobVersion | None 
 # ---- Amber Jobs: derived when read ----------------------------------------------------------------------
 
 def amber_job(wh: Warehouse, workspace: str, job_id: str, version: JobVersion | None = None) -> list[TrialEvidence]:
-    """A Job's Trials that are results (not cancelled), each with what its folder adds."""
-    with wh.query(workspace, {"jobs"}) as con:
-        if con.execute("select 1 from jobs where id = ?", [job_id]).fetchone() is None:
-            raise NotFound(f"No Job {job_id} in Workspace {workspace}: list Jobs with `amber job status`.")
+    """A Job's Trials that are results (not cancelled), each with what its folder adds; another Workspace's Job
+    reads as one that does not exist (`records.get_job`)."""
+    records.get_job(wh, job_id, workspace)
     version = version or job_version(wh, workspace, job_id)
 
     def read() -> list[TrialEvidence]:

@@ -143,20 +143,26 @@ class _Checked:
     cells: list[Cell]
 
 
-def _check(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now: datetime | None = None,
-           validation: Validation | None = None) -> _Checked:
-    """Every check that can refuse a Quote of the request but the Wallet's, in its sentence; writes nothing (but
-    releasing the Quotes past their hour, as every Quote does first). Its reads of the catalog share one
-    connection."""
+@contextlib.contextmanager
+def _checked(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, now: datetime | None = None,
+             validation: Validation | None = None) -> Iterator[_Checked]:
+    """Every check that can refuse a Quote of the request but the Wallet's, in its sentence, for the block; writes
+    nothing but releasing the Quotes past their hour, as every Quote does, refused or not (after the block, which
+    reads: the block's reads and the checks' share one connection to the catalog)."""
+    now = now or datetime.now(UTC)
     mcs = request.check(wh.paths, workspace)
-    expire_due(wh, now or datetime.now(UTC))
-    with wh.reading():
-        return _found(wh, workspace, user, request, mcs, validation)
+    due: list[str] = []
+    try:
+        with wh.reading():
+            due = quotes.due(wh, now)
+            yield _found(wh, workspace, user, request, mcs, validation)
+    finally:
+        _expire(wh, due, now)
 
 
 def _found(wh: Warehouse, workspace: str, user: str, request: JobRequest, mcs: list[ModelConfiguration],
            validation: Validation | None) -> _Checked:
-    """The checks of `_check` that read the request's Benchmark, its Tasks and the Workspace."""
+    """The checks of `_checked` that read the request's Benchmark, its Tasks and the Workspace."""
     folder = None
     if validation is not None:
         version, owner, label = validation.version, workspace, validation.label
@@ -194,12 +200,15 @@ def estimate(wh: Warehouse, workspace: str, user: str, request: JobRequest, *, n
     """Check a request and price each of its cells, writing and reserving nothing (a refused request raises:
     every check that can refuse a Quote but the Wallet's runs here). A validation Job's Trials are priced at
     their Tasks' time limits."""
-    checked = _check(wh, workspace, user, request, now=now, validation=validation)
-    tasks = quotes.task_facts(checked.version, wh.paths)
+    at_limits = validation is not None
+    with _checked(wh, workspace, user, request, now=now, validation=validation) as checked:
+        known = (None if at_limits else
+                 quotes.known_of(wh, workspace, checked.cells, quotes.sandboxed_hashes(checked.version)))
+    tasks = quotes.task_facts(checked.version, wh.paths)  # asks the Docker engine: not while holding the catalog
     _priced_once_more()
     return Estimate(checked.version.id, checked.owner, checked.label, checked.cells,
                     quotes.estimate_cells(wh, workspace, checked.cells, tasks, request.trials_per_task, prices,
-                                          at_limits=validation is not None),
+                                          at_limits=at_limits, known=known),
                     len(checked.version.tasks), checked.folder, checked.version)
 
 
@@ -258,7 +267,8 @@ def as_shown(wh: Warehouse, workspace: str, user: str, request: JobRequest, show
     if now - shown.shown_at > quotes.LIFETIME:
         raise AmberError(f"The Quote you confirm was shown at {shown.shown_at.astimezone(UTC):%Y-%m-%d %H:%M UTC}, "
                          "more than an hour ago: see the Quote again and confirm that one.")
-    checked = _check(wh, workspace, user, request, now=now, validation=validation)
+    with _checked(wh, workspace, user, request, now=now, validation=validation) as checked:
+        pass
     if checked.version.id != shown.benchmark_version_id:
         raise AmberError(f"The Tasks of {user_text.quoted(request.benchmark)} changed since their Quote was shown, so "
                          "that price is not theirs: see the Quote again and confirm that one.")
@@ -495,7 +505,11 @@ def continue_job(wh: Warehouse, workspace: str, job_id: str, amount: str | None 
 def expire_due(wh: Warehouse, now: datetime | None = None) -> list[str]:
     """Cancel the Jobs whose Quote expired unstarted and release their reservations; idempotent."""
     now = now or datetime.now(UTC)
-    expired = quotes.due(wh, now)
+    return _expire(wh, quotes.due(wh, now), now)
+
+
+def _expire(wh: Warehouse, expired: list[str], now: datetime) -> list[str]:
+    """Cancel the Jobs of the ``expired`` Quotes that never started and release their reservations."""
     if not expired:
         return []
     with wh.write() as con:

@@ -371,11 +371,17 @@ class Known:
     used: dict[str, dict[str | None, history.AgentUse]]
 
 
-def known_of(wh: Warehouse, workspace: str, cells: Sequence[Cell], tasks: Sequence[TaskFacts]) -> Known:
-    """What history says to the cells about the Tasks, from one read of the catalog."""
+def known_of(wh: Warehouse, workspace: str, cells: Sequence[Cell], sandboxed: Sequence[str]) -> Known:
+    """What history says to the cells about the Tasks (``sandboxed``: the hashes of those with an Environment,
+    whose times it knows), from one read of the catalog."""
     with wh.read() as con:
-        times = history.task_times(con, workspace, [f.task_hash for f in tasks if f.task_hash and not f.static])
+        times = history.task_times(con, workspace, list(sandboxed))
         return Known(times, {cell.key: history.agent_use(con, workspace, cell.key) for cell in cells})
+
+
+def sandboxed_hashes(version: BenchmarkVersion) -> list[str]:
+    """The hashes of the Version's Tasks that have an Environment: those whose times history keeps."""
+    return [version.task_hash(t) for t in version.tasks if t.static is None]
 
 
 def estimate_tasks(wh: Warehouse, workspace: str, cell: Cell, tasks: Sequence[TaskFacts], prices: Prices = PRICES,
@@ -393,7 +399,7 @@ def estimate_tasks(wh: Warehouse, workspace: str, cell: Cell, tasks: Sequence[Ta
     if not at_limits:
         prior, _ = prior_of(cell)
         if known is None or cell.key not in known.used:
-            known = known_of(wh, workspace, [cell], tasks)
+            known = known_of(wh, workspace, [cell], [f.task_hash for f in tasks if f.task_hash and not f.static])
         times, used = known.times, known.used[cell.key]
     of_cell = sum(used.values(), history.AgentUse())
     # Tasks with the same limits and the same history have the same estimate: priced once (1,000 Tasks of one
@@ -451,10 +457,12 @@ def estimate_cell(wh: Warehouse, workspace: str, cell: Cell, tasks: Sequence[Tas
 
 
 def estimate_cells(wh: Warehouse, workspace: str, cells: Sequence[Cell], tasks: Sequence[TaskFacts],
-                   trials_per_task: int, prices: Prices = PRICES, *, at_limits: bool = False) -> list[CellQuote]:
-    """A Job's cells' estimates over its Tasks, from one read of history. The cells share the Tasks' images, so a
-    build is priced once, in the first cell's estimate."""
-    known = None if at_limits else known_of(wh, workspace, cells, tasks)
+                   trials_per_task: int, prices: Prices = PRICES, *, at_limits: bool = False,
+                   known: Known | None = None) -> list[CellQuote]:
+    """A Job's cells' estimates over its Tasks, from one read of history (``known``, when the caller read it). The
+    cells share the Tasks' images, so a build is priced once, in the first cell's estimate."""
+    if known is None and not at_limits:
+        known = known_of(wh, workspace, cells, [f.task_hash for f in tasks if f.task_hash and not f.static])
     built = [replace(f, image_built=True) for f in tasks]
     return [estimate_cell(wh, workspace, cell, tasks if i == 0 else built, trials_per_task, prices,
                           at_limits=at_limits, known=known) for i, cell in enumerate(cells)]

@@ -251,18 +251,23 @@ METERING_TOLERANCE = 0.01
 
 def metering_disagreements(wh: Warehouse, workspace: str, job_id: str) -> list[dict]:
     """Per Agent x Model Configuration of the Job, where the Agent's own token count differs from what the model
-    proxy metered (and charged) by more than 1%: both counts, so a report can show them side by side."""
-    with wh.query(workspace, {"trials"}) as con:
-        rows = con.execute("""
-            select agent || '/' || model_configuration, sum(input_tokens), sum(agent_input_tokens),
-                   sum(output_tokens), sum(agent_output_tokens)
-            from trials where job_id = ? and agent_input_tokens is not null group by all order by 1""",
-                           [job_id]).fetchall()
+    proxy metered (and charged) by more than 1%: both counts, so a report can show them side by side. Summed from
+    the Job's own Trial files (the Workspace's rows), not through the `trials` view, which reads every Job's."""
+    columns = ["workspace", "agent", "model_configuration", "input_tokens", "agent_input_tokens", "output_tokens",
+               "agent_output_tokens"]
+    sums: dict[str, list[int]] = {}  # route -> metered input, the Agent's input, metered output, the Agent's output
+    for cell in cells_of(wh, job_id):
+        table = wh.read_parquet(wh.trials_file(cell_file_id(cell.cell_key), job_id), columns)
+        for r in [] if table is None else table.to_pylist():
+            if r["workspace"] == workspace and r["agent_input_tokens"] is not None:
+                found = sums.setdefault(f"{r['agent']}/{r['model_configuration']}", [0, 0, 0, 0])
+                for i, name in enumerate(columns[3:]):
+                    found[i] += r[name] or 0  # an unknown count adds nothing, as SQL's sum leaves it out
+
     def differs(metered: int, reported: int) -> bool:
         return abs(metered - reported) > METERING_TOLERANCE * max(metered, reported, 1)
-    return [{"route": route, "metered_input": int(mi), "agent_input": int(ai), "metered_output": int(mo),
-             "agent_output": int(ao)} for route, mi, ai, mo, ao in rows
-            if differs(int(mi), int(ai)) or differs(int(mo), int(ao or 0))]
+    return [{"route": route, "metered_input": mi, "agent_input": ai, "metered_output": mo, "agent_output": ao}
+            for route, (mi, ai, mo, ao) in sorted(sums.items()) if differs(mi, ai) or differs(mo, ao)]
 
 
 def cell_verdict(wh: Warehouse, job_id: str, cell_key: str) -> tuple[str, str | None]:

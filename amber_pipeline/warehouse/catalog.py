@@ -148,6 +148,19 @@ create unique index if not exists workspaces_name_ignoring_case on workspaces (l
 
 
 _schema_ready: set[tuple[Path, int]] = set()
+# The catalog keeps the hash of the DDL it was last made with: a process whose DDL is the same one runs none of it
+# (a CLI command would otherwise pay for the whole DDL, and a read command for a write connection to run it).
+SCHEMA_HASH = hashlib.sha256(CATALOG_DDL.encode()).hexdigest()[:16]
+SCHEMA_MARK = f"create or replace table catalog_schema as select {sql.string(SCHEMA_HASH)} as hash"
+
+
+def _schema_current(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the catalog was last made by this DDL (`SCHEMA_HASH`)."""
+    try:
+        row = con.execute("select hash from catalog_schema").fetchone()
+    except duckdb.CatalogException:  # made before the mark, or not made yet
+        return False
+    return row is not None and row[0] == SCHEMA_HASH
 
 
 class Warehouse:
@@ -187,7 +200,9 @@ class Warehouse:
             con = duckdb.connect(str(self._catalog))
             try:
                 if (self._catalog, self._catalog.stat().st_ino) not in _schema_ready:
-                    con.execute(CATALOG_DDL)  # once per process and catalog file, not on every write
+                    if not _schema_current(con):  # once per process and catalog file, not on every write
+                        con.execute(CATALOG_DDL)
+                        con.execute(SCHEMA_MARK)  # no parameter: DuckDB would import pandas to bind it
                     _schema_ready.add((self._catalog, self._catalog.stat().st_ino))
                 con.execute("begin transaction")
                 yield sql.Literals(con)
@@ -212,11 +227,20 @@ class Warehouse:
                 yield sql.Literals(cursor)
             return
         catalog = self._catalog
-        if not catalog.exists() or (catalog, catalog.stat().st_ino) not in _schema_ready:
-            with self.write():  # a reader of a catalog made by an older Amber needs its new views and columns too
+        if not catalog.exists():
+            with self.write():  # made, with its schema
                 pass
-        with locked(self._lock_path, fcntl.LOCK_SH):
+        with contextlib.ExitStack() as lock:
+            lock.enter_context(locked(self._lock_path, fcntl.LOCK_SH))
             con = duckdb.connect(str(catalog), read_only=True)
+            if (catalog, catalog.stat().st_ino) not in _schema_ready and not _schema_current(con):
+                con.close()  # made by an older Amber: its new views and columns first, under the writers' lock
+                lock.close()
+                with self.write():
+                    pass
+                lock.enter_context(locked(self._lock_path, fcntl.LOCK_SH))
+                con = duckdb.connect(str(catalog), read_only=True)
+            _schema_ready.add((catalog, catalog.stat().st_ino))
             try:
                 yield sql.Literals(con)
             finally:
@@ -310,10 +334,10 @@ class Warehouse:
 
     @contextlib.contextmanager
     def query(self, workspace: str | None = None,
-              names: Collection[str] | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+              names: Collection[str] | None = None) -> Iterator[sql.Literals]:
         """An in-memory DuckDB with the catalog attached read-only and the documented views (``names``: only
         those and what they read, since each view over Parquet files reads their footers to leave out files
-        that are not Amber's).
+        that are not Amber's); its parameters are written into its statements, so it imports no pandas.
 
         With a Workspace, every view shows only what that Workspace may see (its
         own rows, and public Benchmark Versions); None is Amber's own, unscoped view.
@@ -325,7 +349,7 @@ class Warehouse:
             names = views.with_dependencies(views.VIEW_NAMES if names is None else names)
             with self.attached(con, names, workspace):
                 views.build(con, self.paths, self.store, workspace, names)
-                yield con
+                yield sql.Literals(con)
         finally:
             con.close()
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import tempfile
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -50,8 +51,9 @@ def fitting(con: duckdb.DuckDBPyConnection, files: Sequence[Path], schema: pa.Sc
     try:
         listed = sql.path_list(files)
         union = {r[0]: r[1] for r in con.execute(f"describe select * from {sql.parquet_files(files)}").fetchall()}
-        lacking = con.execute(f"select file_name from parquet_schema({listed}) group by file_name "
-                              "having not list_has_all(list(name), ?)", [list(required)]).fetchall()
+        names = "[" + ", ".join(sql.string(r) for r in required) + "]::varchar[]"  # a literal: a bound list
+        lacking = con.execute(f"select file_name from parquet_schema({listed}) group by file_name "  # imports pandas
+                              f"having not list_has_all(list(name), {names})").fetchall()
         if not lacking and _fits(union, _duckdb_types(schema)):
             return list(files)
     except duckdb.Error:
@@ -73,11 +75,15 @@ def _fits(columns: dict[str, str], expected: dict[str, str]) -> bool:
 
 @functools.cache
 def _duckdb_types(schema: pa.Schema) -> dict[str, str]:
-    """The DuckDB type of each column of `schema`: the same for every read of a kind of file, and tens of
-    milliseconds to ask DuckDB, so asked once per schema in a connection of its own (callers only read it)."""
-    with duckdb.connect() as con:
-        con.register("_amber_expected", schema.empty_table())
-        return {r[0]: r[1] for r in con.execute("describe select * from _amber_expected").fetchall()}
+    """The DuckDB type of each column of `schema` as DuckDB reads it from a Parquet file: the same for every read of
+    a kind of file, so asked once per schema in a connection of its own (callers only read it). Asked of an empty
+    file of the schema, made by a writer given no table, not of an Arrow table: DuckDB (looking at a Python object)
+    and Arrow (writing a table) import pandas for that, a quarter of a second."""
+    with tempfile.TemporaryDirectory(prefix="amber-schema-") as folder, duckdb.connect() as con:
+        empty = Path(folder) / "expected.parquet"
+        pq.ParquetWriter(empty, schema).close()
+        return {r[0]: r[1] for r in con.execute(f"describe select * from read_parquet({sql.string(str(empty))})")
+                .fetchall()}
 
 
 def _file_fits(path: Path, schema: pa.Schema, required: Collection[str],

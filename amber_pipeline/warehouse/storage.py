@@ -68,12 +68,12 @@ class LocalStore:
     def read_table(self, path: Path, columns: Sequence[str] | None = None) -> pa.Table | None:
         """The file's rows, or None when there is no such file. Read through one open file: a writer replaces the
         file by a rename (`write_table`), and a read by path could take the size of one file and the bytes of the
-        other (a torn footer)."""
+        other (a torn footer). Read as one file, not as a dataset: Arrow's dataset module imports pandas."""
         import pyarrow.parquet as pq
 
         try:
             with self.where(path).open("rb") as file:
-                return pq.read_table(file, columns=columns)
+                return pq.ParquetFile(file).read(columns=columns)
         except (FileNotFoundError, IsADirectoryError):
             return None
 
