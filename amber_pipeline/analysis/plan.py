@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 from amber_pipeline.analysis import statistics as st
 from amber_pipeline.errors import AmberError
+from amber_pipeline.jobs.request import MAX_MARGIN_POINTS
 
 ALPHA = 0.05
 POWER = 0.8
@@ -135,8 +136,8 @@ def stopping_plan(n_tasks: int, attempts: int, difference_points: float, margin_
 
     from amber_pipeline.scoring import sequential
 
-    if not 0 <= margin_points <= 50:
-        raise AmberError(f"The margin must be from 0 to 50 points, not {margin_points:g}.")
+    if not 0 <= margin_points <= MAX_MARGIN_POINTS:  # a Job's own rule (`JobRequest`)
+        raise AmberError(f"The margin must be from 0 to {MAX_MARGIN_POINTS} points, not {margin_points:g}.")
     jobs = max(100, min(1000, SIMULATED_VALUES // n_tasks))
     found = sequential.simulate_stopped_jobs(difference_points, n_tasks, attempts, ALPHA, margin_points, jobs,
                                              seed)

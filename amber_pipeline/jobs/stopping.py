@@ -126,7 +126,7 @@ def finished_tasks(rows: Sequence[dict], attempts: int) -> dict[str, _Finished]:
             by_task[r["task_name"]][r["attempt"]] = r
     out = {}
     for name, tried in by_task.items():
-        if len(tried) < attempts or any(a not in tried for a in range(1, attempts + 1)):
+        if any(a not in tried for a in range(1, attempts + 1)):
             continue
         rewards = [min(max(float(r["reward"]), 0.0), 1.0) for r in tried.values()
                    if r["outcome"] == Kind.SCORED and r["reward"] is not None and math.isfinite(r["reward"])]
@@ -152,19 +152,16 @@ def recorded(wh: Warehouse, job_id: str) -> JobDecision | None:
     return None if row is None or row[0] is None else JobDecision.model_validate_json(row[0])
 
 
-def update(wh: Warehouse, job_id: str, rule: StoppingRule) -> bool:
+def update(wh: Warehouse, job_id: str, rule: StoppingRule) -> None:
     """Decide the running Job from its stored Trials, and record the decision once every pair is decided (the
-    first cell run to see it records it; a Job that already stopped or decided keeps what it has). Whether the
-    Job is decided now."""
+    first cell run to see it records it; a Job that already stopped or decided keeps what it has)."""
     if recorded(wh, job_id) is not None:
-        return True
+        return
     decision = current(wh, job_id, rule)
-    if not decision.decided:
-        return False
-    with wh.write(job=job_id) as con:
-        con.execute("update jobs set stop = ? where id = ? and stop is null and status = 'running'",
-                    [decision.model_dump_json(), job_id])
-    return True
+    if decision.decided:
+        with wh.write(job=job_id) as con:
+            con.execute("update jobs set stop = ? where id = ? and stop is null and status = 'running'",
+                        [decision.model_dump_json(), job_id])
 
 
 def summary(wh: Warehouse, job: Job, cells: Sequence[JobCell] | None = None) -> Stopping | None:
