@@ -1,6 +1,6 @@
 """The embedded Amber: a Dagster instance in AMBER_HOME, its daemon, its warm worker and its webserver.
 
-Started as plain processes (`dagster-daemon run` with the warm worker beside
+Started as plain processes (`dagster-daemon run`, as `launcher.daemon`, with the warm worker beside
 it; `python -m server`, which serves the Dagster UI at /ui) with DAGSTER_HOME and AMBER_HOME set, so
 every run they launch sees the same warehouse. One daemon per instance: the UI
 uses the one that runs, or starts one and stops it again when it exits. The
@@ -68,10 +68,6 @@ def write_instance_config(path: Path) -> None:
                      + yaml.safe_dump(config, sort_keys=False))
 
 
-def _bin(name: str) -> str:
-    return str(Path(sys.executable).parent / name)
-
-
 def _pid_file(paths: AmberPaths) -> Path:
     return paths.dagster_home / "daemon.pid"
 
@@ -112,7 +108,7 @@ def start_daemon(paths: AmberPaths, workspace: Path | None = None) -> int:
     worker = subprocess.Popen([sys.executable, "-m", "launcher.warm_worker"], cwd=PROJECT_ROOT, env=env,
                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     _worker_pid_file(paths).write_text(str(worker.pid))
-    proc = subprocess.Popen([_bin("dagster-daemon"), "run", "-w", str(workspace)], cwd=PROJECT_ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "launcher.daemon", "run", "-w", str(workspace)], cwd=PROJECT_ROOT,
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     _pid_file(paths).write_text(str(proc.pid))
     deadline = time.monotonic() + WARM_WORKER_START_SEC

@@ -24,10 +24,10 @@ from amber_pipeline.paths import AmberPaths
 _MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes
 
 
-def socket_path(dagster_home: Path) -> Path:
-    """The worker's socket for one Dagster instance: in the instance's folder, or, when that path is too long
-    for a Unix socket, in a folder of this user's under /tmp that only they can enter."""
-    path = dagster_home.resolve() / "warm-worker.sock"
+def socket_path(dagster_home: Path, name: str = "warm-worker.sock") -> Path:
+    """A socket of one Dagster instance's (the warm worker's by default): in the instance's folder, or, when that
+    path is too long for a Unix socket, in a folder of this user's under /tmp that only they can enter."""
+    path = dagster_home.resolve() / name
     if len(str(path)) <= _MAX_SOCKET_PATH:
         return path
     folder = Path(f"/tmp/amber-{os.getuid()}")

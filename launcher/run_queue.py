@@ -1,12 +1,18 @@
-"""PromptRunCoordinator: Dagster's run queue, read several times a second, and the door every run comes through.
+"""PromptRunCoordinator: Dagster's run queue, looked at as soon as a run comes or goes, and the door every run
+comes through.
 
 Every run waits in the queue for the daemon's next look at it, and Dagster's
-own coordinator takes whole seconds between looks (at least 1): up to a
-second added to each start, twice for a Job launched from the UI (its
-`submit_job` run, then its cell runs). This one takes a fraction of a second
-(the daemon still waits in steps of half a second, so a look every half second
-or so); each look is one query of the run storage. The queue's limits
-(`concurrency.runs` in dagster.yaml) apply as before.
+own coordinator takes whole seconds between looks (at least 1, in steps of
+half a second): up to a second added to each start, twice for a Job launched
+from the UI (its `submit_job` run, then its cell runs), and again for each cell
+run that waits for a slot. Here a run queued (`submit_run`) or ended (the warm
+worker's run child) rings a bell, a datagram on a Unix socket of the
+instance's, and Amber's daemon (`launcher/daemon.py`, with
+:class:`PromptQueueDaemon`) looks at the queue at once. Without the bell (a
+daemon on another host, a run started cold) the queue is still read every
+`dequeue_interval_seconds`, fractions allowed; each look is one query of the
+run storage. The queue's limits (`concurrency.runs` in dagster.yaml) apply as
+before.
 
 Every launch comes through `submit_run` (the UI's Launch and Materialize, the
 sensors, the warm worker), right after Dagster made the run and before it is
@@ -25,14 +31,26 @@ the sentence alone; for anyone else, an exception carrying the sentence.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import os
+import select
+import socket
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from threading import Event
 from typing import Any, cast
 
 from dagster import DagsterRun, Field
 from dagster._config.stack import EvaluationStackEntry, EvaluationStackRoot
 from dagster._core.run_coordinator.base import SubmitRunContext
 from dagster._core.run_coordinator.queued_run_coordinator import QueuedRunCoordinator
+from dagster._core.workspace.context import IWorkspaceProcessContext
+from dagster._daemon.daemon import DaemonIterator, SpanMarker
+from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import QueuedRunCoordinatorDaemon
 from dagster._serdes import ConfigurableClassData
+from dagster._utils.error import serializable_error_info_from_exc_info
 from dagster_graphql.implementation.utils import UserFacingGraphQLError
 from dagster_graphql.schema.errors import GrapheneInvalidSubsetError
 from dagster_graphql.schema.pipelines.config import (
@@ -41,8 +59,48 @@ from dagster_graphql.schema.pipelines.config import (
     GrapheneRuntimeMismatchConfigError,
 )
 
+from amber_pipeline import worker_socket
 from amber_pipeline.paths import AmberPaths
 from assets import cell_job, job_requests
+
+BELL = "run-queue.sock"
+_HEARTBEAT_STEP_SEC = 0.5  # the longest wait between yields to the daemon's loop (its heartbeats and shutdown)
+
+
+def ring(dagster_home: Path) -> None:
+    """Tell the instance's daemon to look at its run queue now: a run was queued, or one ended and left a slot.
+    Nobody listening (no daemon, or one on another host) is no error: the queue is read at its next look anyway."""
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as bell:
+        bell.setblocking(False)
+        bell.sendto(b"!", str(worker_socket.socket_path(dagster_home, BELL)))
+
+
+@contextlib.contextmanager
+def _listening(dagster_home: Path) -> Iterator[socket.socket]:
+    path = worker_socket.socket_path(dagster_home, BELL)
+    path.unlink(missing_ok=True)  # left by a daemon that was killed
+    bell = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    old_umask = os.umask(0o177)  # rung by its owner alone
+    try:
+        bell.bind(str(path))
+    finally:
+        os.umask(old_umask)
+    bell.setblocking(False)
+    try:
+        yield bell
+    finally:
+        bell.close()
+        path.unlink(missing_ok=True)
+
+
+def _rung(bell: socket.socket, timeout: float) -> bool:
+    """Whether the bell rang within ``timeout`` seconds; every ring waiting is taken (one look serves them all)."""
+    if not select.select([bell], [], [], max(timeout, 0))[0]:
+        return False
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            bell.recv(16)
+    return True
 
 
 class PromptRunCoordinator(QueuedRunCoordinator):
@@ -75,7 +133,9 @@ class PromptRunCoordinator(QueuedRunCoordinator):
         if refused is not None:
             self._instance.delete_run(run.run_id)
             raise refused
-        return super().submit_run(context)
+        queued = super().submit_run(context)
+        ring(Path(self._instance.root_directory))
+        return queued
 
     def _refusal(self, run: DagsterRun) -> LaunchRefused | None:
         plan = self._instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id) \
@@ -95,6 +155,35 @@ class PromptRunCoordinator(QueuedRunCoordinator):
         return LaunchRefused(GrapheneRunConfigValidationInvalid(pipeline_name=run.job_name, errors=[
             GrapheneRuntimeMismatchConfigError(message=f"{field}: {refusal}", path=path, reason="RUNTIME_TYPE_MISMATCH",
                                                value_rep=None, stack=GrapheneEvaluationStack(stack))]))
+
+
+class PromptQueueDaemon(QueuedRunCoordinatorDaemon):
+    """Dagster's run-queue daemon, which between its looks at the queue waits for the bell (or for its interval)
+    rather than sleeping in steps of half a second. Its loop is Dagster's (`IntervalDaemon.core_loop`) but for
+    that wait; it yields at least every half second, so heartbeats and shutdown are seen as before."""
+
+    def __init__(self, interval_seconds: float, dagster_home: Path):
+        super().__init__(interval_seconds)
+        self._dagster_home = dagster_home
+
+    def core_loop(self, workspace_process_context: IWorkspaceProcessContext,
+                  shutdown_event: Event) -> DaemonIterator:
+        with _listening(self._dagster_home) as bell:
+            while True:
+                look_again = time.monotonic() + self.interval_seconds
+                yield SpanMarker.START_SPAN
+                try:
+                    yield from self.run_iteration(workspace_process_context)
+                except Exception:
+                    error_info = serializable_error_info_from_exc_info(sys.exc_info())
+                    self._logger.error("Caught error:\n%s", error_info)
+                    yield error_info
+                yield SpanMarker.END_SPAN
+                while (left := look_again - time.monotonic()) > 0 and not shutdown_event.is_set():
+                    if _rung(bell, min(left, _HEARTBEAT_STEP_SEC)):
+                        break
+                    yield None
+                yield None
 
 
 class LaunchRefused(UserFacingGraphQLError):

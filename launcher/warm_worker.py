@@ -21,6 +21,7 @@ its own user, and replies with the child's pid without waiting for it.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -52,11 +53,15 @@ _REQUEST_TIMEOUT_SEC = 5
 
 def preload() -> float:
     """Import what every run needs, and read Dagster's migration scripts once for every fork; the seconds it
-    took."""
+    took. What was imported is then frozen out of the garbage collector's sight: a fork's collections look only
+    at what the run made, not again at the million objects of its imports that it never frees (a tenth of a
+    static cell run's time went to them), and the pages a collection would touch stay shared with this process."""
     start = time.perf_counter()
     for module in PRELOAD:
         importlib.import_module(module)
     share_migration_scripts()
+    gc.collect()
+    gc.freeze()
     return time.perf_counter() - start
 
 
@@ -86,11 +91,15 @@ def share_migration_scripts() -> None:
 
 
 def execute_run(args_json: str) -> None:
-    """What `dagster api execute_run ARGS` does, in this process (the command's function, not its CLI)."""
+    """What `dagster api execute_run ARGS` does, in this process (the command's function, not its CLI); then the
+    run queue's bell, since the run's slot is free for a queued one."""
     from dagster._cli.api import execute_run_command
 
     assert execute_run_command.callback is not None
-    execute_run_command.callback(args_json, None)
+    try:
+        execute_run_command.callback(args_json, None)
+    finally:
+        _ring_run_queue()
 
 
 def resume_run(args_json: str) -> None:
@@ -98,7 +107,16 @@ def resume_run(args_json: str) -> None:
     from dagster._cli.api import resume_run_command
 
     assert resume_run_command.callback is not None
-    resume_run_command.callback(args_json)
+    try:
+        resume_run_command.callback(args_json)
+    finally:
+        _ring_run_queue()
+
+
+def _ring_run_queue() -> None:
+    from launcher import run_queue
+
+    run_queue.ring(Path(os.environ["DAGSTER_HOME"]))
 
 
 def start_job(job_id: str) -> None:

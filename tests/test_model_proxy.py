@@ -421,6 +421,26 @@ def test_models_lists_the_configurations_model_only(proxy: ModelProxy, double: P
     assert HTTP.get(proxy.base_url() + "/v1/models").status_code == 401
 
 
+@pytest.mark.parametrize("connection", ["none", "idle keep-alive", "closed by the client"])
+def test_a_stopped_proxy_is_gone_whatever_connections_it_had(double: ProviderDouble, connection: str) -> None:
+    """`stop` ends the server with no connection left at once (the end of every cell run) and one that still has
+    a connection as uvicorn does; either way its thread has ended, and its port takes no call."""
+    proxy = ModelProxy().start()
+    url = proxy.base_url() + "/v1/models"
+    client = httpx.Client(timeout=10, trust_env=False)
+    if connection != "none":
+        g = grant(proxy, double, BY_ID["chat-openrouter"])
+        assert client.get(url,
+                          headers={"authorization": f"Bearer {g.token}"}).status_code == 200
+    if connection == "closed by the client":
+        client.close()
+    proxy.stop()
+    assert proxy._thread is not None and not proxy._thread.is_alive()
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(url, timeout=5, trust_env=False)
+    client.close()
+
+
 # ---- who may call ---------------------------------------------------------------------------------------------
 
 @each_case

@@ -27,6 +27,7 @@ from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.operations.jobs import launch
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.warehouse.catalog import Warehouse
+from launcher import run_queue
 
 pytestmark = [pytest.mark.docker, pytest.mark.dagster_ui]
 
@@ -61,11 +62,13 @@ def test_runs_start_warm_survive_a_daemon_stop_and_resume_after_a_start(tmp_path
     paths = warehouse.paths
     funded(warehouse)
     bench = slow_bench(tmp_path, 6)
+    bell = worker_socket.socket_path(paths.dagster_home, run_queue.BELL)
     embedded.start_daemon(paths)
     monkeypatch.setenv("DAGSTER_HOME", str(paths.dagster_home))
     try:
         # `start_daemon` waits WARM_WORKER_START_SEC for the worker's imports; on a busy machine they take longer
         wait_for("answer of the warm worker", lambda: worker_socket.ask(paths.dagster_home, {"op": "ping"}), 120)
+        wait_for("the run queue's bell", bell.is_socket, 60)  # the daemon is Amber's (launcher.daemon)
         _, running = lifecycle.submit(warehouse, "default", local_user(),  # room for the slow solution's time
                                       JobRequest(benchmark=str(bench), agent="oracle", ceiling_usd=1.0))
         launch(warehouse, running.id)
@@ -101,6 +104,7 @@ def test_runs_start_warm_survive_a_daemon_stop_and_resume_after_a_start(tmp_path
     finally:
         embedded.stop_daemon(paths)
     assert worker_socket.ask(paths.dagster_home, {"op": "ping"}) is None, "the warm worker outlived its daemon"
+    wait_for("the bell gone with its daemon", lambda: not bell.exists(), 30)
 
 
 @pytest.mark.slow
