@@ -36,7 +36,7 @@ from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.models import configurations
 from amber_pipeline.money import wallet
 from amber_pipeline.operations.areas import OPERATIONS
-from amber_pipeline.paths import PROJECT_ROOT
+from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
 
 STATIC = PROJECT_ROOT / "examples" / "static-bench"
@@ -61,11 +61,12 @@ def archive_of(folder: Path, target: Path) -> Path:
     return target
 
 
-@pytest.fixture
-def world(warehouse: Warehouse, tmp_path: Path) -> Iterator[World]:
+@contextlib.contextmanager
+def made_world(wh: Warehouse, tmp: Path) -> Iterator[World]:
+    """alice's "alpha" with one of everything, bob's "beta", and the server over them."""
     from amber_pipeline.benchmarks import uploads
 
-    wh, local = warehouse, Actor(local_user(), None)
+    local = Actor(local_user(), None)
     users.add(wh, "alice", "tests")
     users.add(wh, "bob", "tests")
     workspaces.create(wh, Actor("alice", None), "alpha")
@@ -74,7 +75,7 @@ def world(warehouse: Warehouse, tmp_path: Path) -> Iterator[World]:
         wallet.add_credit(wh, local, ws, "100", "test credit")
     made = lifecycle.quote(wh, "alpha", "alice", JobRequest(benchmark=str(STATIC), agent="direct",
                                                             model_configurations=["replay-strong"]))
-    upload = uploads.create(wh, "alpha", "alice", archive_of(STATIC, tmp_path / "alpha-bench.tar.gz"), "alpha-bench")
+    upload = uploads.create(wh, "alpha", "alice", archive_of(STATIC, tmp / "alpha-bench.tar.gz"), "alpha-bench")
     mc = configurations.parse({"name": "alpha-model", "model": "replay-strong", "provider": "replay",
                                "replay": "replay-strong.json", "prices": {"input": 1.0, "cached_input": 0.1,
                                                                           "output": 2.0, "source": "a test"}},
@@ -85,9 +86,27 @@ def world(warehouse: Warehouse, tmp_path: Path) -> Iterator[World]:
     try:
         yield World(wh, server, alice.secret, tokens.create(wh, "bob").secret,
                     {"workspace": "alpha", "job_id": made.job_id, "quote_id": made.id, "upload_id": upload.id,
-                     "ref": made.benchmark_label, "name": "alpha-model", "token_id": alice.token.id}, tmp_path)
+                     "ref": made.benchmark_label, "name": "alpha-model", "token_id": alice.token.id}, tmp)
     finally:
         server.stop()
+
+
+@pytest.fixture
+def world(warehouse: Warehouse, tmp_path: Path) -> Iterator[World]:
+    with made_world(warehouse, tmp_path) as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
+def refusing_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    """One world for the module's tests whose every request must be refused (each asserts its answers are 401,
+    403 or 404), so none of them changes what the next one sees: made once, not once for each of the hundred
+    operations they ask about."""
+    tmp = tmp_path_factory.mktemp("api-world")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AMBER_HOME", str(tmp / "amber"))
+        with made_world(Warehouse(AmberPaths.from_env()), tmp) as made:
+            yield made
 
 
 def ask(world: World, token: str | None, operation: str, workspace: str = "beta", /,
@@ -192,21 +211,21 @@ def upload_files(world: World, name: str) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("name", ACTING)
-def test_another_workspace_answers_as_a_missing_one(world: World, name: str) -> None:
-    params = valid_params(world)[name]
-    files = upload_files(world, name)
-    other = ask(world, world.bob, name, "alpha", files=files, **dict(params))
-    missing = ask(world, world.bob, name, "nowhere", files=files, **dict(params))
+def test_another_workspace_answers_as_a_missing_one(refusing_world: World, name: str) -> None:
+    params = valid_params(refusing_world)[name]
+    files = upload_files(refusing_world, name)
+    other = ask(refusing_world, refusing_world.bob, name, "alpha", files=files, **dict(params))
+    missing = ask(refusing_world, refusing_world.bob, name, "nowhere", files=files, **dict(params))
     same_answer(other, "alpha", missing, "nowhere")
     assert other.status_code == 404 and "No Workspace alpha among yours" in other.json()["detail"]
 
 
 @pytest.mark.parametrize("name", sorted(BY_ID))
-def test_another_workspaces_object_answers_as_a_missing_one(world: World, name: str) -> None:
+def test_another_workspaces_object_answers_as_a_missing_one(refusing_world: World, name: str) -> None:
     kind, extra = BY_ID[name]
-    params = {**valid_params(world).get(name, {}), **extra}
-    files = upload_files(world, name)
-    alices, made_up = world.ids[kind], MISSING[kind]
+    params = {**valid_params(refusing_world).get(name, {}), **extra}
+    files = upload_files(refusing_world, name)
+    alices, made_up = refusing_world.ids[kind], MISSING[kind]
 
     def named(value: str) -> dict[str, Any]:
         if name in ("job_quote", "job_submit", "job_preview"):
@@ -222,8 +241,8 @@ def test_another_workspaces_object_answers_as_a_missing_one(world: World, name: 
         return {**params, kind: value}
 
     workspaces_asked = (alices, made_up) if name == "credit_add" else ("beta", "beta")
-    other = ask(world, world.bob, name, workspaces_asked[0], files=files, **named(alices))
-    missing = ask(world, world.bob, name, workspaces_asked[1], files=files, **named(made_up))
+    other = ask(refusing_world, refusing_world.bob, name, workspaces_asked[0], files=files, **named(alices))
+    missing = ask(refusing_world, refusing_world.bob, name, workspaces_asked[1], files=files, **named(made_up))
     same_answer(other, alices, missing, made_up)
 
 
@@ -247,16 +266,16 @@ def test_lists_show_nothing_of_another_workspace(world: World) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(OPERATIONS))
-def test_without_a_valid_token_every_endpoint_refuses(world: World, name: str) -> None:
-    params = valid_params(world).get(name, {})
+def test_without_a_valid_token_every_endpoint_refuses(refusing_world: World, name: str) -> None:
+    params = valid_params(refusing_world).get(name, {})
     params = {**{f: MISSING.get(f, "x") for f in OPERATIONS[name].path_fields}, **params}
-    revoked = tokens.create(world.wh, "bob")
-    tokens.revoke(world.wh, "bob", revoked.token.id)
-    expired = tokens.create(world.wh, "bob")
-    with world.wh.write() as con:
+    revoked = tokens.create(refusing_world.wh, "bob")
+    tokens.revoke(refusing_world.wh, "bob", revoked.token.id)
+    expired = tokens.create(refusing_world.wh, "bob")
+    with refusing_world.wh.write() as con:
         con.execute("update api_tokens set expires_at = now() - interval 1 second where id = ?", [expired.token.id])
-    forged = world.bob[:-4] + "AAAA"
-    answers = [ask(world, token, name, **dict(params)) for token in (None, "", revoked.secret, expired.secret,
+    forged = refusing_world.bob[:-4] + "AAAA"
+    answers = [ask(refusing_world, token, name, **dict(params)) for token in (None, "", revoked.secret, expired.secret,
                                                                      forged, "amber_tok0_x")]
     assert {a.status_code for a in answers} == {401}
     assert {a.json()["detail"] for a in answers} == {tokens.REFUSED}
