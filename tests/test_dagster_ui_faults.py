@@ -11,14 +11,18 @@
    now refused before a run is queued, with one sentence naming the field.
 
 Launches go through Dagster's real GraphQL schema in this process (dagster_graphql's test client), against Amber's
-workspace.yaml loaded by a code server and an instance whose run coordinator is Amber's, so what a Launch returns is
-what the UI receives. No daemon runs: a launch that is not refused stays queued.
+workspace.yaml's definitions served by a code server (one for the module) and an instance of each test's own whose
+run coordinator is Amber's, so what a Launch returns is what the UI receives. No daemon runs: a launch that is not
+refused stays queued.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,8 +30,11 @@ from typing import Any
 
 import dagster as dg
 import pytest
+import yaml
+from dagster._core.errors import DagsterUserCodeUnreachableError
+from dagster._grpc.client import DagsterGrpcClient
 from dagster_graphql.test.utils import define_out_of_process_context, execute_dagster_graphql
-from helpers import funded, submit
+from helpers import free_port, funded, stop_group, submit
 
 from amber_pipeline.cells import cell_file_id, model_name
 from amber_pipeline.definitions import defs
@@ -73,10 +80,42 @@ def instance(amber_home: Path) -> Iterator[dg.DagsterInstance]:
         yield inst
 
 
+@pytest.fixture(scope="module")
+def code_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Amber's code location served over gRPC for the module, as deploy/workspace.grpc.yaml serves it: the
+    definitions of workspace.yaml's module under its location name, loaded once rather than by a code server of
+    each test's own. It serves definitions only; each test's instance, catalog and run coordinator are its own.
+    The workspace file that names it."""
+    folder = tmp_path_factory.mktemp("code-server")
+    port = free_port()
+    with open(folder / "code-server.log", "wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "dagster", "api", "grpc", "-m", "amber_pipeline.definitions", "-d",
+             str(PROJECT_ROOT), "--host", "127.0.0.1", "--port", str(port), "--location-name", "amber"],
+            cwd=PROJECT_ROOT, env={**os.environ, "AMBER_HOME": str(folder / "amber")}, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        client = DagsterGrpcClient(port=port, host="127.0.0.1")
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                client.ping("ready")
+                break
+            except DagsterUserCodeUnreachableError:
+                assert server.poll() is None and time.monotonic() < deadline, (folder / "code-server.log").read_text()
+                time.sleep(0.2)
+        workspace = folder / "workspace.yaml"
+        workspace.write_text(yaml.safe_dump({"load_from": [{"grpc_server": {
+            "host": "127.0.0.1", "port": port, "location_name": "amber"}}]}))
+        yield workspace
+    finally:
+        stop_group(server)
+
+
 @pytest.fixture
-def ui(instance: dg.DagsterInstance) -> Iterator[Any]:
-    """What the webserver answers the UI with: Amber's code location, loaded as workspace.yaml loads it."""
-    with define_out_of_process_context(str(PROJECT_ROOT / "workspace.yaml"), None, instance) as context:
+def ui(instance: dg.DagsterInstance, code_server: Path) -> Iterator[Any]:
+    """What the webserver answers the UI with: Amber's code location, over gRPC from the module's code server."""
+    with define_out_of_process_context(str(code_server), None, instance) as context:
         yield context
 
 
