@@ -54,8 +54,9 @@ _REQUEST_TIMEOUT_SEC = 5
 def preload() -> float:
     """Import what every run needs, and read Dagster's migration scripts once for every fork; the seconds it
     took. What was imported is then frozen out of the garbage collector's sight: a fork's collections look only
-    at what the run made, not again at the million objects of its imports that it never frees (a tenth of a
-    static cell run's time went to them), and the pages a collection would touch stay shared with this process."""
+    at what the run made, not again at the 700,000 objects of its imports that it never frees (a full collection
+    over them took a third of a second, and a static cell of 1,000 Trials ran 28% faster without them), and the
+    pages a collection would touch stay shared with this process."""
     start = time.perf_counter()
     for module in PRELOAD:
         importlib.import_module(module)

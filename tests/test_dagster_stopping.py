@@ -17,7 +17,7 @@ import dagster as dg
 from helpers import funded
 from stopping_data import run_job, stopping_request, yes_no_bench
 from test_dagster import quote_shown, start_quote
-from test_dagster_ui_faults import bench, instance, launch, submit_config, ui  # noqa: F401 - the fixtures
+from test_dagster_ui_faults import bench, code_server, instance, launch, submit_config, ui  # noqa: F401 - the fixtures
 
 from amber_pipeline.accounts.identity import DEFAULT_WORKSPACE, Actor, local_user
 from amber_pipeline.analysis.render_report import render_stopping

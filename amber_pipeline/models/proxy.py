@@ -128,7 +128,7 @@ class ProxyTimeouts:
 class _PromptServer(uvicorn.Server):
     """uvicorn's server, stopped as soon as it is told: uvicorn looks for ``should_exit`` every tenth of a second,
     then gives the connections it closes another tenth to go, 0.2 s at the end of every cell run (a static cell
-    of 1,000 Trials takes 1.5 s). Here :meth:`exit_now` wakes the loop, and a server with no connection left
+    of 1,000 Trials takes a second). Here :meth:`exit_now` wakes the loop, and a server with no connection left
     closes at once; one with connections still open shuts down as uvicorn does."""
 
     _exit: asyncio.Event | None = None
