@@ -38,6 +38,19 @@ def socket_path(dagster_home: Path, name: str = "warm-worker.sock") -> Path:
     return folder / f"{hashlib.sha256(str(path).encode()).hexdigest()[:16]}.sock"
 
 
+def bound(path: Path, kind: socket.SocketKind) -> socket.socket:
+    """A Unix socket of ``kind`` bound at ``path`` (one left there by a process that was killed is replaced),
+    which only its owner can reach: the warm worker's and the run queue's bell alike."""
+    path.unlink(missing_ok=True)
+    made = socket.socket(socket.AF_UNIX, kind)
+    old_umask = os.umask(0o177)
+    try:
+        made.bind(str(path))
+    finally:
+        os.umask(old_umask)
+    return made
+
+
 def ask(dagster_home: Path, request: dict, timeout: float = 5.0) -> dict | None:
     """Send one request to the warm worker and return its reply; None when no worker answers."""
     path = socket_path(dagster_home)

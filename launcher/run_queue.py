@@ -32,7 +32,6 @@ the sentence alone; for anyone else, an exception carrying the sentence.
 from __future__ import annotations
 
 import contextlib
-import os
 import select
 import socket
 import sys
@@ -78,13 +77,7 @@ def ring(dagster_home: Path) -> None:
 @contextlib.contextmanager
 def _listening(dagster_home: Path) -> Iterator[socket.socket]:
     path = worker_socket.socket_path(dagster_home, BELL)
-    path.unlink(missing_ok=True)  # left by a daemon that was killed
-    bell = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    old_umask = os.umask(0o177)  # rung by its owner alone
-    try:
-        bell.bind(str(path))
-    finally:
-        os.umask(old_umask)
+    bell = worker_socket.bound(path, socket.SOCK_DGRAM)
     bell.setblocking(False)
     try:
         yield bell

@@ -32,7 +32,7 @@ import struct
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 # What a run or a launch imports, measured: Amber's definitions (Dagster, DuckDB, Arrow), Harbor's trial engine and
@@ -97,10 +97,8 @@ def execute_run(args_json: str) -> None:
     from dagster._cli.api import execute_run_command
 
     assert execute_run_command.callback is not None
-    try:
+    with _ringing_at_the_end():
         execute_run_command.callback(args_json, None)
-    finally:
-        _ring_run_queue()
 
 
 def resume_run(args_json: str) -> None:
@@ -108,16 +106,19 @@ def resume_run(args_json: str) -> None:
     from dagster._cli.api import resume_run_command
 
     assert resume_run_command.callback is not None
-    try:
+    with _ringing_at_the_end():
         resume_run_command.callback(args_json)
-    finally:
-        _ring_run_queue()
 
 
-def _ring_run_queue() -> None:
+@contextlib.contextmanager
+def _ringing_at_the_end() -> Iterator[None]:
+    """A run, then the run queue's bell however it ended: its slot is free for a queued run."""
     from launcher import run_queue
 
-    run_queue.ring(Path(os.environ["DAGSTER_HOME"]))
+    try:
+        yield
+    finally:
+        run_queue.ring(Path(os.environ["DAGSTER_HOME"]))
 
 
 def start_job(job_id: str) -> None:
@@ -187,13 +188,9 @@ def _reap() -> None:
 
 
 def serve(path: Path) -> None:
-    path.unlink(missing_ok=True)
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old_umask = os.umask(0o177)  # the socket is its owner's alone
-    try:
-        server.bind(str(path))
-    finally:
-        os.umask(old_umask)
+    from amber_pipeline import worker_socket
+
+    server = worker_socket.bound(path, socket.SOCK_STREAM)
     server.listen(16)
     stopping = False
 
