@@ -8,15 +8,15 @@ demo: setup
 	@.venv/bin/amber demo
 
 # The suite runs on pytest-xdist's workers, one more than the cores (its tests wait on Docker and subprocesses
-# as much as they compute), then the tests that restart the machine's own Docker engine alone. Its wall time is
-# printed as a FIGURE line (issue 30), whether it passes or not.
+# as much as they compute). The tests of a module that share a module-scoped fixture go to one worker
+# (--dist loadgroup, tests/conftest.py), so it is made once. Its wall time is printed as a FIGURE line
+# (issue 30), whether it passes or not.
 WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: setup
 	@start=$$(date +%s); \
-	.venv/bin/python -m pytest -q -n $(WORKERS) -m "not serial"; parallel=$$?; \
-	.venv/bin/python -m pytest -q -m serial; serial=$$?; \
+	.venv/bin/python -m pytest -q -n $(WORKERS) --dist loadgroup; passed=$$?; \
 	echo "FIGURE suite_seconds $$(( $$(date +%s) - start )) s"; \
-	[ $$parallel -eq 0 ] && { [ $$serial -eq 0 ] || [ $$serial -eq 5 ]; }  # 5: no serial test is left
+	exit $$passed
 
 lint: setup
 	@.venv/bin/ruff check . && .venv/bin/mypy

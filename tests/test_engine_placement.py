@@ -122,17 +122,13 @@ def test_a_jobs_cells_spread_over_the_engines_and_leave_nothing(two_engines: doc
     from launcher.cell_runs import tags
 
     assert {tags(c)[engines.POOL_TAG] for c in launches} == {"engine2", "local"}
-    seen: dict[str, int] = {}
     remote = docker.DockerClient(base_url=two_engines.unix_url)
-    since = int(time.time()) - 1
-    for launch in launches:
-        cell_run.run_cell_of_job(warehouse, job.id, launch.cell_key)
-    until = int(time.time()) + 1
-    for name, client in (("local", primary), ("engine2", remote)):
-        created = [e for e in client.events(since=since, until=until, decode=True,
-                                            filters={"type": "container", "event": "create"})
-                   if e["Actor"]["Attributes"].get(TRIAL_DIR_LABEL, "").startswith(str(warehouse.paths.runs))]
-        seen[name] = len(created)
+    with (dockerd.watching(primary, type="container", event="create") as on_local,
+          dockerd.watching(remote, type="container", event="create") as on_engine2):
+        for launch in launches:
+            cell_run.run_cell_of_job(warehouse, job.id, launch.cell_key)
+    seen = {name: sum(e["Actor"]["Attributes"].get(TRIAL_DIR_LABEL, "").startswith(str(warehouse.paths.runs))
+                      for e in events) for name, events in (("local", on_local), ("engine2", on_engine2))}
     assert seen == {"local": 3, "engine2": 3}, seen  # each cell's three Trials on its own engine
     assert get_job(warehouse, job.id, None).status == "completed"
     reserved, charged, refunded, keys = settled(warehouse, job.id)

@@ -46,6 +46,7 @@ DOCKER = _docker_or_skip()
 from harbor.environments.definition import environment_content_hash  # noqa: E402
 from harbor.models.task.config import TaskConfig as TaskToml  # noqa: E402
 from harbor.models.trial.paths import TrialPaths  # noqa: E402
+from servers import dockerd  # noqa: E402
 
 from amber_pipeline.jobs import outcomes  # noqa: E402
 from amber_pipeline.models.endpoint import offline_litellm  # noqa: E402
@@ -349,14 +350,12 @@ def test_image_is_tagged_by_content_hash_and_built_once(tmp_path, tracker):
         finally:
             asyncio.run(sb.stop(delete=True))
 
-    since = int(time.time()) - 1
-    first_id, first_sec = start_stop("first")
-    second_id, second_sec = start_stop("second")
-    until = int(time.time()) + 1
+    with dockerd.watching(DOCKER, type="image", event="tag") as events:
+        first_id, first_sec = start_stop("first")
+        second_id, second_sec = start_stop("second")
     assert DOCKER.images.get(tag).id == first_id == second_id
     assert second_sec < 2.0 and second_sec < first_sec, (first_sec, second_sec)
     # the engine's own record: the tag was written once, so one build
-    events = DOCKER.events(since=since, until=until, decode=True, filters={"type": "image", "event": "tag"})
     tagged = [e for e in events if e.get("Actor", {}).get("Attributes", {}).get("name") == tag]
     assert len(tagged) == 1, tagged
 

@@ -34,6 +34,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -70,6 +71,23 @@ tls_ca = "{engine.tls.ca}"
 tls_cert = "{engine.tls.client_cert}"
 tls_key = "{engine.tls.client_key}"
 """
+
+
+@contextlib.contextmanager
+def watching(client: docker.DockerClient, **filters: str) -> Iterator[list[dict]]:
+    """The engine's events that match ``filters`` while the block runs, read as they happen. Asked for afterwards
+    (``events(since=..., until=...)``), an engine answers only from the last 256 events it keeps, and the machine's
+    own engine passes that many in seconds while the suite's other workers use it."""
+    seen: list[dict] = []
+    stream = client.events(decode=True, filters=filters)
+    reader = threading.Thread(target=lambda: seen.extend(stream), daemon=True)
+    reader.start()
+    try:
+        yield seen
+    finally:
+        time.sleep(1.0)  # events are sent as the engine makes them; this lets the last ones reach the reader
+        stream.close()
+        reader.join(timeout=10)
 
 
 def binary() -> str | None:
