@@ -16,9 +16,14 @@ from assets.schedules import (
     upload_retention_job,
     upload_retention_schedule,
 )
+from launcher import migration_scripts
 from sensors.benchmark_versions import benchmark_version_sensor
 from sensors.dead_cells import dead_cell_sensor
 from sensors.started_jobs import job_request_sensor
+
+# Every process that loads this code location opens Dagster's SQLite storage again and again (a code server makes
+# an instance at each sensor tick); each opening reads its migration scripts unless they are shared.
+migration_scripts.share()
 
 defs = dg.Definitions(
     assets=[trials, cell_scores, comparisons, benchmark_versions],

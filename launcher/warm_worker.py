@@ -35,6 +35,8 @@ import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from launcher import migration_scripts
+
 # What a run or a launch imports, measured: Amber's definitions (Dagster, DuckDB, Arrow), Harbor's trial engine and
 # Agents, litellm (Terminus-2's client), and the Dagster machinery a run worker loads lazily (SQLite storage with
 # SQLAlchemy and Alembic, 0.6 s; the run command; the in-process code location), and pandas, which DuckDB imports
@@ -60,35 +62,10 @@ def preload() -> float:
     start = time.perf_counter()
     for module in PRELOAD:
         importlib.import_module(module)
-    share_migration_scripts()
+    migration_scripts.read_sqlite_scripts()
     gc.collect()
     gc.freeze()
     return time.perf_counter() - start
-
-
-def share_migration_scripts() -> None:
-    """Dagster's SQLite storage checks each database file it opens in a process (the index, and one file per run)
-    against its ninety migration scripts, which Alembic reads anew for every check and stamp: four readings for
-    each cell run (the launch makes the run's file and stamps it; the run opens it and the index), 30 ms each on a
-    quiet machine and ten times that on a busy one. Read here once, the scripts are shared by every fork: a
-    script folder is the same files for the worker's whole life (Alembic's objects for it are read-only once
-    read; Dagster holds a lock around each use)."""
-    from alembic.config import Config
-    from alembic.script import ScriptDirectory
-    from dagster._core.storage.event_log.sqlite import sqlite_event_log
-    from dagster._core.storage.sql import get_alembic_config
-
-    read = ScriptDirectory.from_config.__func__  # type: ignore[attr-defined]
-    known: dict[str, ScriptDirectory] = {}
-
-    def from_config(cls: type[ScriptDirectory], config: Config) -> ScriptDirectory:
-        location = config.get_main_option("script_location") or ""
-        if location not in known:
-            known[location] = read(cls, config)
-        return known[location]
-
-    ScriptDirectory.from_config = classmethod(from_config)  # type: ignore[method-assign, assignment]
-    ScriptDirectory.from_config(get_alembic_config(sqlite_event_log.__file__)).as_revision_number("head")
 
 
 def execute_run(args_json: str) -> None:

@@ -172,6 +172,44 @@ with dg.DagsterInstance.get() as instance:
 """
 
 
+# A new SQLite instance on new files, three times, as a code server makes one at each sensor tick: how many
+# migration scripts the process has read after each (argv[1]: "code-location" loads Amber's code location first).
+INSTANCES = """
+import json, sys, tempfile
+if sys.argv[1] == "code-location":
+    import amber_pipeline.definitions
+import dagster as dg
+from alembic.script.base import Script
+read = []
+original = Script._from_path.__func__
+def counted(cls, *args, **kwargs):
+    read.append(1)
+    return original(cls, *args, **kwargs)
+Script._from_path = classmethod(counted)
+after = []
+for _ in range(3):
+    with dg.DagsterInstance.local_temp(tempfile.mkdtemp()) as instance:
+        instance.get_runs()
+    after.append(len(read))
+print(json.dumps(after))
+"""
+
+
+def test_a_process_with_ambers_code_location_reads_the_migration_scripts_once() -> None:
+    """A code server makes a Dagster instance for every sensor evaluation (three sensors, every 5-10 s), and each
+    new SQLite instance read Dagster's migration scripts seven times over: most of an idle Amber's code server
+    time. Once Amber's code location is loaded, a process reads each script once for its whole life."""
+    def reads(mode: str) -> list[int]:
+        done = subprocess.run([sys.executable, "-c", INSTANCES, mode], cwd=PROJECT_ROOT, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    shared, alone = reads("code-location"), reads("bare")
+    assert shared[0] > 50 and shared == [shared[0]] * 3, shared  # every script of the three storages, once
+    assert alone[0] > shared[0] and alone[2] == 3 * alone[0], alone  # without: all of them again, per instance
+
+
 def test_a_fork_of_the_warm_worker_imports_nothing_more_and_reads_no_migration_script(tmp_path: Path) -> None:
     """Each fork (a launch, a run) used to import the run coordinator's dagster_graphql and the instance's parts
     on its own, half a second each time, and to read Dagster's migration scripts for each SQLite file it opened;
