@@ -49,8 +49,9 @@ model proxy of the setup Jobs listen on 127.0.0.1.
     .venv/bin/python bench/api_load.py [--clients 20] [--workspaces 4] [--seconds 60] [--max-requests 20000]
                                        [--baseline-requests 40] [--fuzz-examples 3] [--smoke] [--keep]
 
-`--smoke` is a small run for the test suite: 4 clients in 2 Workspaces for 3 s on each catalog, and one drawn fuzz
-case of each kind.
+`--smoke` is a small run for the test suite: 4 clients in 2 Workspaces (two racing for each Wallet) for 1 s on
+each catalog, a baseline of one request of each kind, and one drawn fuzz case of each kind (no boundary values:
+`tests/test_api_fuzz.py` asks those).
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ from synthetic import scratch_home
 from amber_pipeline import embedded
 from amber_pipeline.accounts import identity, tokens, users, workspaces
 from amber_pipeline.accounts.identity import Actor, local_user
+from amber_pipeline.cli.client import tls
 from amber_pipeline.jobs import cell_run, lifecycle, records
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.money import wallet
@@ -204,7 +206,7 @@ def serving(paths: AmberPaths, log: Path) -> Iterator[str]:
 
 def wait_for(server: subprocess.Popen, url: str) -> None:
     deadline = time.monotonic() + STARTUP_S
-    with httpx.Client(base_url=url, timeout=5.0, trust_env=False) as http:
+    with httpx.Client(verify=tls(), base_url=url, timeout=5.0, trust_env=False) as http:
         while time.monotonic() < deadline:
             if server.poll() is not None:
                 raise SystemExit(f"the API server exited with {server.returncode} before answering")
@@ -258,7 +260,7 @@ def drive(url: str, client: Client, first: int, deadline: list[float], budget: B
           start: threading.Barrier, tally: Tally) -> None:
     """One client: alternate Quote and results read until the deadline (or the budget) runs out."""
     headers = {"authorization": f"Bearer {client.token}"}
-    with httpx.Client(base_url=url, headers=headers, timeout=REQUEST_TIMEOUT_S, trust_env=False) as http:
+    with httpx.Client(verify=tls(), base_url=url, headers=headers, timeout=REQUEST_TIMEOUT_S, trust_env=False) as http:
         start.wait()
         n = first
         while time.monotonic() < deadline[0] and budget.take():
@@ -450,7 +452,7 @@ def run(kind: str, args: argparse.Namespace, fuzz_too: bool) -> Run:
             tallies, wall = load(url, setup.clients, args.seconds, args.max_requests)
             if world is not None:
                 t0 = time.perf_counter()
-                fuzzed = fuzz.fuzz(url, world, args.fuzz_examples)
+                fuzzed = fuzz.fuzz(url, world, args.fuzz_examples, edges=not args.smoke)
                 fuzz_s = time.perf_counter() - t0
         samples = [s for t in tallies for s in t.samples]
         answers = answer_failures(samples)
@@ -493,7 +495,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
     if args.smoke:
-        args.clients, args.workspaces, args.seconds, args.baseline_requests, args.fuzz_examples = 4, 2, 3.0, 4, 1
+        args.clients, args.workspaces, args.seconds, args.baseline_requests, args.fuzz_examples = 4, 2, 1.0, 2, 1
     hosted = run("postgresql", args, fuzz_too=True)
     default = run("duckdb", args, fuzz_too=False)
     failures = hosted.failures + default.failures

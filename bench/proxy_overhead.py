@@ -31,6 +31,7 @@ from pathlib import Path
 
 import httpx
 
+from amber_pipeline.cli.client import tls
 from amber_pipeline.models.configurations import ModelConfiguration, Prices, Settings
 from amber_pipeline.models.providers import Wire
 from amber_pipeline.models.proxy import Grant, ModelProxy
@@ -79,7 +80,7 @@ def main() -> None:
             mc = ModelConfiguration(name="bench-model", model="bench-model", provider="openai-compatible",
                                     base_url=upstream, settings=Settings(temperature=0.0),
                                     prices=Prices(input=1.0, cached_input=0.1, output=5.0, source="bench"))
-            with ModelProxy() as proxy, httpx.Client(timeout=30, trust_env=False) as client:
+            with ModelProxy() as proxy, httpx.Client(verify=tls(), timeout=30, trust_env=False) as client:
                 grant = proxy.grant(Grant("bench", mc, upstream, None))
                 results = measure(client, proxy.base_url() + "/v1", upstream, grant, mc, args.n, args.warmup)
                 calls = len(grant.calls)

@@ -27,7 +27,8 @@ labelled with a Trial folder under the Job's run folder): the Trial is
 running. One Job each way warms up first (the Task's image, each path's
 first load); each Job is waited for before the next. Prints each latency,
 the median and p90 per path, and FIGURE lines. `--smoke` requests one Job
-each way (for the test suite).
+each way with no warm-up (for the test suite: the first CLI Job builds the
+Task's image if it is missing, and each figure is a cold one).
 
     .venv/bin/python bench/request_latency.py [--n 10] [--smoke]
 """
@@ -51,6 +52,7 @@ from pathlib import Path
 
 import httpx
 
+from amber_pipeline.cli.client import tls
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.sandbox import docker_engine
 from amber_pipeline.sandbox.container import TRIAL_DIR_LABEL
@@ -177,7 +179,7 @@ def p90(xs: list[float]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=10, help="Jobs per path (default 10)")
-    parser.add_argument("--smoke", action="store_true", help="one Job per path (for the test suite)")
+    parser.add_argument("--smoke", action="store_true", help="one Job per path, no warm-up (for the test suite)")
     args = parser.parse_args()
     n = 1 if args.smoke else args.n
     with tempfile.TemporaryDirectory(prefix="amber-latency-") as tmp:
@@ -191,15 +193,16 @@ def main() -> None:
         port = free_port()
         ui = subprocess.Popen([AMBER, "ui", "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
-        client = httpx.Client(base_url=f"http://127.0.0.1:{port}/ui", timeout=30, trust_env=False)  # Dagster's
+        client = httpx.Client(verify=tls(), base_url=f"http://127.0.0.1:{port}/ui", timeout=30,  # Dagster's
+                              trust_env=False)
         starts = SandboxStarts(paths.runs)
         try:
             _wait_ui(client, ui)
-            # warm-up: builds the Task's image and loads every path once
-            run([AMBER, "job", "submit", str(bench), "--agent", "nop", "--wait"], env)
-            warm = ui_request(client, str(bench))
-            warm.pricings(client)
-            wait_job(env, warm.job)
+            if not args.smoke:  # warm-up: builds the Task's image and loads every path once
+                run([AMBER, "job", "submit", str(bench), "--agent", "nop", "--wait"], env)
+                warm = ui_request(client, str(bench))
+                warm.pricings(client)
+                wait_job(env, warm.job)
             cli, via_ui, quoting, launched, priced = [], [], [], [], []
             for _ in range(n):
                 t0 = time.time()

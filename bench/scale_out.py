@@ -28,8 +28,8 @@ On 2 cores this too measures overhead, not capacity: both engines run on this on
 cores, so a second engine adds no CPU; the ratio says what spreading cells over engines costs (placement's
 engine checks, TLS to the second engine, a second dockerd and containerd), not how far a second host scales.
 
-`--smoke` is a small run of both for the test suite: 4 writers over 4 Workspaces for 2 s; 2 Jobs of 2 Tasks
-on 2 slots, one round.
+`--smoke` is a small run of both for the test suite: 2 writers over 2 Workspaces for 1 s; 2 Jobs of 1 Task
+on 2 slots (a cell on each engine in the two-engine run), one round.
 
     .venv/bin/python bench/scale_out.py [--only wallet|engines] [--seconds 10] [--writers 8] [--workspaces 8]
                                         [--jobs 4] [--tasks 8] [--slots 4] [--rounds 3] [--smoke]
@@ -321,11 +321,11 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=4, help="cell runs at once, split over two engines (default 4)")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each configuration, in turns (default 3)")
     parser.add_argument("--smoke", action="store_true", help="a small run of both (for the test suite): "
-                        "--seconds 2 --writers 4 --workspaces 4 --jobs 2 --tasks 2 --slots 2 --rounds 1")
+                        "--seconds 1 --writers 2 --workspaces 2 --jobs 2 --tasks 1 --slots 2 --rounds 1")
     args = parser.parse_args()
     if args.smoke:
-        args.seconds, args.writers, args.workspaces = 2.0, 4, 4
-        args.jobs, args.tasks, args.slots, args.rounds = 2, 2, 2, 1
+        args.seconds, args.writers, args.workspaces = 1.0, 2, 2
+        args.jobs, args.tasks, args.slots, args.rounds = 2, 1, 2, 1
     if args.slots < 2:
         parser.error("--slots must be at least 2, to give each engine one")
     if args.only in (None, "wallet"):

@@ -14,7 +14,8 @@ Trials per Task) at concurrency 1, 2 and 4, against T direct lifecycles run by
 as many threads, each timed from first start to last finish.
 
 The lines that start with FIGURE are for machines: `FIGURE <name> <value> <unit>`.
-`--smoke` is a small run for the test suite: --n 3 --trials 4 (each concurrency still runs).
+`--smoke` is a small run for the test suite: --n 1, no warm-up (the image is built by the first Trial), and at
+each concurrency as many Trials as it runs at once.
 
     .venv/bin/python bench/trial_overhead.py [--n 10] [--trials 40] [--concurrency 1,2,4] [--quick] [--smoke]
 """
@@ -77,18 +78,22 @@ def run_nop_cell(bv: benchmark.BenchmarkVersion, n: int, run_dir: Path, concurre
     return elapsed
 
 
-def latencies(bv: benchmark.BenchmarkVersion, client, image_id: str, n: int,
+def latencies(bv: benchmark.BenchmarkVersion, client, tag: str, n: int,
               run_dir: Path) -> tuple[list[float], list[float]]:
     """Wall times of n nop Trials run one after the other by run_cell and of n direct lifecycles, in turns: a
-    direct one runs as each Trial ends (on_trial_done holds the next Trial back until it returns). The first
-    Trial's time includes run_cell's setup, as a cell run's does."""
+    direct one runs as each Trial ends (on_trial_done holds the next Trial back until it returns), on the image
+    tagged ``tag`` (built by then: a Trial builds it). The first Trial's time includes run_cell's setup, as a cell
+    run's does."""
     amber: list[float] = []
     direct: list[float] = []
     resumed = [time.perf_counter()]
+    image: list[str] = []
 
     def in_between(_record: TrialRecord) -> None:
         amber.append(time.perf_counter() - resumed[0])
-        direct.append(direct_trial(client, image_id))
+        if not image:
+            image.append(client.images.get(tag).id)
+        direct.append(direct_trial(client, image[0]))
         resumed[0] = time.perf_counter()
 
     run_nop_cell(bv, n, run_dir, on_trial_done=in_between)
@@ -158,28 +163,31 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=40, help="Trials on each side per concurrency (default 40)")
     parser.add_argument("--concurrency", default="1,2,4", help="concurrencies for throughput (default 1,2,4)")
     parser.add_argument("--quick", action="store_true", help="a short run: --n 5 --trials 12")
-    parser.add_argument("--smoke", action="store_true", help="a shorter run, for the test suite: --n 3 --trials 4")
+    parser.add_argument("--smoke", action="store_true", help="a shorter run, for the test suite: --n 1, no warm-up, "
+                        "as many Trials as the concurrency")
     args = parser.parse_args()
     if args.quick:
         args.n, args.trials = 5, 12
     if args.smoke:
-        args.n, args.trials = 3, 4
+        args.n = 1
     concurrencies = [int(c) for c in args.concurrency.split(",") if c]
+    trials = {c: c if args.smoke else args.trials for c in concurrencies}  # at smoke size, each slot busy once
     client = docker_engine.connect()
     with tempfile.TemporaryDirectory(prefix="amber-bench-") as tmp:
         root = Path(tmp)
         bv = benchmark.snapshot(make_benchmark(root), root / "store", name="trial-overhead")
-        # warm up: builds the image, imports Harbor, and runs each path once
-        run_nop_cell(bv, 1, root / "warmup")
-        image_id = client.images.get(sandbox.image_tag(bv.task_path(bv.tasks[0]) / "environment")).id
-        direct_trial(client, image_id)
+        tag = sandbox.image_tag(bv.task_path(bv.tasks[0]) / "environment")
+        if not args.smoke:  # warm up: builds the image, imports Harbor, and runs each path once
+            run_nop_cell(bv, 1, root / "warmup")
+            direct_trial(client, client.images.get(tag).id)
 
-        amber, direct = latencies(bv, client, image_id, args.n, root / "run")
-        throughput = {c: (amber_throughput(bv, args.trials, root / f"c{c}", c),
-                          direct_throughput(client, image_id, args.trials, c)) for c in concurrencies}
+        amber, direct = latencies(bv, client, tag, args.n, root / "run")
+        image_id = client.images.get(tag).id
+        throughput = {c: (amber_throughput(bv, trials[c], root / f"c{c}", c),
+                          direct_throughput(client, image_id, trials[c], c)) for c in concurrencies}
 
     print_latencies(amber, direct, args.n, image_id)
-    print_throughput(throughput, args.trials)
+    print_throughput(throughput, trials)
 
 
 def print_latencies(amber: list[float], direct: list[float], n: int, image_id: str) -> None:
@@ -194,9 +202,11 @@ def print_latencies(amber: list[float], direct: list[float], n: int, image_id: s
     print(f"FIGURE nop_trial_ratio {a_med / d_med:.3f} x")
 
 
-def print_throughput(throughput: dict[int, tuple[float, float]], trials: int) -> None:
+def print_throughput(throughput: dict[int, tuple[float, float]], trials: dict[int, int]) -> None:
     print()
-    print(f"Throughput: {trials} nop Trials on each side per concurrency, Trials per minute")
+    each = (f"{next(iter(trials.values()))} nop Trials" if len(set(trials.values())) == 1
+            else "as many nop Trials as the concurrency")
+    print(f"Throughput: {each} on each side per concurrency, Trials per minute")
     print(f"{'concurrency':>12}{'Amber':>10}{'direct':>10}{'Amber/direct':>14}")
     for c, (amber, direct) in throughput.items():
         print(f"{c:>12}{amber:10.1f}{direct:10.1f}{amber / direct:14.2f}")

@@ -31,6 +31,7 @@ from servers.api import ApiServer
 
 from amber_pipeline.accounts import tokens, users, workspaces
 from amber_pipeline.accounts.identity import Actor, local_user
+from amber_pipeline.cli.client import tls
 from amber_pipeline.jobs import lifecycle
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.models import configurations
@@ -116,7 +117,7 @@ def ask(world: World, token: str | None, operation: str, workspace: str = "beta"
     path = op.path_for(workspace, fields)
     fields = {k: v for k, v in fields.items() if k not in op.path_fields}
     headers = {"authorization": f"Bearer {token}"} if token else {}
-    with httpx.Client(base_url=world.server.url, headers=headers, timeout=60) as http:
+    with httpx.Client(verify=tls(), base_url=world.server.url, headers=headers, timeout=60) as http:
         if op.uploads:
             sent = {k: (p.name, p.read_bytes()) for k, p in (files or {}).items()}
             return http.request(op.method, path, files=sent or None, data={"params": json.dumps(fields)})
@@ -508,7 +509,7 @@ def test_a_request_past_the_size_limit_is_refused_before_it_is_spooled(warehouse
     try:
         big = tmp_path / "big.tar.gz"
         big.write_bytes(os.urandom(2 << 20))
-        with httpx.Client(base_url=server.url, headers={"authorization": f"Bearer {secret}"}) as http:
+        with httpx.Client(verify=tls(), base_url=server.url, headers={"authorization": f"Bearer {secret}"}) as http:
             answer = http.post("/v1/workspaces/~/uploads", files={"archive": (big.name, big.read_bytes())},
                                data={"params": json.dumps({"name": "big"})})
         assert answer.status_code == 413 and answer.json()["detail"].startswith("The request is larger than 1 MB")

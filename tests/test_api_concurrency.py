@@ -22,6 +22,7 @@ from servers.api import ApiServer
 from amber_pipeline.accounts import workspaces
 from amber_pipeline.accounts.identity import Actor, local_user
 from amber_pipeline.cells import Cell
+from amber_pipeline.cli.client import tls
 from amber_pipeline.jobs import cell_names
 from amber_pipeline.money import wallet
 from amber_pipeline.operations.areas import OPERATIONS
@@ -80,7 +81,7 @@ def api(pg_wh: Warehouse) -> Iterator[tuple[ApiServer, dict[str, str]]]:
 
 def wallet_of(server: ApiServer, token: str, ws: str) -> httpx.Response:
     return httpx.get(server.url + OPERATIONS["wallet_read"].path_for(ws, {}), timeout=ANSWER_S, trust_env=False,
-                     headers={"authorization": f"Bearer {token}"})
+                     verify=tls(), headers={"authorization": f"Bearer {token}"})
 
 
 @pytest.mark.parametrize("holder", ["a", None], ids=["a Workspace's write", "a write of every Workspace"])
@@ -164,8 +165,11 @@ def test_no_connection_leaks_after_many_requests(api: tuple[ApiServer, dict[str,
 def test_a_connection_the_server_ended_is_not_handed_out(pg_wh: Warehouse, pg_url: str) -> None:
     funded(pg_wh, "ws", "5")
     with psycopg2.connect(pg_url) as conn, conn.cursor() as cur:  # a restart, as the pool's idle connections see it
-        cur.execute("select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() "
-                    "and application_name = 'amber'")
+        # With a timeout the server returns only once each backend has ended (it is a signal otherwise, and
+        # the backend's last word may not have reached the pool's socket when the test reads).
+        cur.execute("select bool_and(pg_terminate_backend(pid, 10000)) from pg_stat_activity "
+                    "where datname = current_database() and application_name = 'amber'")
+        assert cur.fetchone() == (True,)
     assert wallet.read(pg_wh, "ws")[0].balance == 5
     with pg_wh.write("ws") as con:
         assert con.execute("select 1").fetchone() == (1,)

@@ -26,6 +26,7 @@ from schemathesis.core import NOT_SET
 from servers import fuzz
 from servers.api import ApiServer
 
+from amber_pipeline.cli.client import tls
 from amber_pipeline.operations.areas import OPERATIONS
 from amber_pipeline.operations.operation import path_value
 from amber_pipeline.warehouse.catalog import Warehouse
@@ -66,7 +67,7 @@ def test_no_answer_breaks_the_document_under_the_fuzz(fuzzing: Fuzzing) -> None:
 def test_what_the_fuzz_found_is_refused_in_a_sentence(fuzzing: Fuzzing, operation: str, params: dict[str, Any],
                                                       sentence: str) -> None:
     op = OPERATIONS[operation]
-    with httpx.Client(base_url=fuzzing.server.url, trust_env=False, timeout=60,
+    with httpx.Client(verify=tls(), base_url=fuzzing.server.url, trust_env=False, timeout=60,
                       headers={"authorization": f"Bearer {fuzzing.world.tokens[fuzz.MEMBER]}"}) as http:
         answer = http.request(op.method, op.path_for(fuzzing.world.home[fuzz.MEMBER], params), json=params)
     assert answer.status_code == 400 and answer.json()["detail"].startswith(sentence), answer.text
@@ -76,7 +77,7 @@ def test_what_the_fuzz_found_is_refused_in_a_sentence(fuzzing: Fuzzing, operatio
 def test_an_uploads_params_field_that_is_not_an_object_is_refused_in_a_sentence(fuzzing: Fuzzing,
                                                                                 sent: str) -> None:
     op = OPERATIONS["job_quote"]
-    with httpx.Client(base_url=fuzzing.server.url, trust_env=False, timeout=60,
+    with httpx.Client(verify=tls(), base_url=fuzzing.server.url, trust_env=False, timeout=60,
                       headers={"authorization": f"Bearer {fuzzing.world.tokens[fuzz.MEMBER]}"}) as http:
         answer = http.post(op.path_for(fuzzing.world.home[fuzz.MEMBER], {}), data={"params": sent})
     assert answer.status_code == 400, answer.text
@@ -159,7 +160,7 @@ def test_another_workspaces_objects_answer_as_missing_ones(fuzzing: Fuzzing) -> 
     assert {o.path for o in routes} == {op.route for op in OPERATIONS.values() if "{" in op.route}
     unreached = []
     headers = {"authorization": f"Bearer {world.tokens[fuzz.OUTSIDER]}"}
-    with httpx.Client(base_url=fuzzing.server.url, headers=headers, trust_env=False, timeout=60) as http:
+    with httpx.Client(verify=tls(), base_url=fuzzing.server.url, headers=headers, trust_env=False, timeout=60) as http:
         for operation in routes:
             names = [p.name for p in operation.path_parameters]
             missing = [n for n in names if n not in world.real]

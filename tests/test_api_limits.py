@@ -29,6 +29,7 @@ from amber_pipeline.accounts import tokens, users, workspaces
 from amber_pipeline.accounts.identity import Actor, local_user
 from amber_pipeline.benchmarks.intake.checks import check_tasks
 from amber_pipeline.benchmarks.tasks import MAX_TASK_FILE_BYTES, load_task
+from amber_pipeline.cli.client import tls
 from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import lifecycle
 from amber_pipeline.jobs.request import JobRequest
@@ -52,7 +53,7 @@ class Server:
 
     def http(self, token: str | None = None) -> httpx.Client:
         headers = {"authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(base_url=self.api.url, headers=headers, timeout=120)
+        return httpx.Client(verify=tls(), base_url=self.api.url, headers=headers, timeout=120)
 
 
 @pytest.fixture
@@ -162,7 +163,7 @@ def test_an_upload_keeps_its_own_limit(warehouse: Warehouse, tmp_path: Path) -> 
                                     headers={"authorization": f"Bearer {secret}"})
             body = request.read()
             headers = {k: v for k, v in request.headers.items() if declared or k != "content-length"}
-            with httpx.Client(timeout=120) as http:
+            with httpx.Client(verify=tls(), timeout=120) as http:
                 return http.post(request.url, content=body if declared else iter([body]), headers=headers)
 
         for declared in (True, False):

@@ -25,6 +25,7 @@ from websockets.typing import Origin, Subprotocol
 
 from amber_pipeline import embedded
 from amber_pipeline.accounts import tokens, users
+from amber_pipeline.cli.client import tls
 from amber_pipeline.paths import AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
 from server import dagster_ui as dagster_ui_module
@@ -50,7 +51,7 @@ class Server:
 
     def client(self, secret: str | None = None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {secret}"} if secret else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=60, trust_env=False)
+        return httpx.Client(verify=tls(), base_url=self.url, headers=headers, timeout=60, trust_env=False)
 
     def token(self, user: str) -> tokens.Minted:
         return tokens.create(self.wh, user, name=f"{user} in a test")

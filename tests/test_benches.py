@@ -102,8 +102,8 @@ BENCHES = [
 DOCKER = {"agent_image.py", "quote_accuracy.py", "request_latency.py", "scale_out.py", "trial_overhead.py"}
 DAGSTER_UI = {"request_latency.py"}  # `amber ui`: a webserver, a daemon and a warm worker
 BROWSER = {"web_pages.py"}  # Debian's headless Chromium
-SLOW = {"api_load.py", "quote_accuracy.py", "quote_speed.py", "request_latency.py", "scale_out.py",
-        "static_throughput.py", "trial_overhead.py"}  # half a minute or more, even at --smoke
+SLOW = {"api_load.py", "quote_accuracy.py", "request_latency.py", "scale_out.py",
+        "static_throughput.py"}  # half a minute or more, even at --smoke
 
 
 def _marks(script: str) -> list[pytest.MarkDecorator]:

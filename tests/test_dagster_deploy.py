@@ -35,6 +35,7 @@ from servers.ports import free_port
 
 from amber_pipeline import embedded, settings, worker_socket
 from amber_pipeline.accounts.identity import local_user
+from amber_pipeline.cli.client import tls
 from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import lifecycle, records
 from amber_pipeline.operations.jobs import launch
@@ -366,7 +367,7 @@ def test_the_webserver_reports_the_code_servers_location_loaded(tmp_path: Path, 
                               start_new_session=True)
     daemon = embedded.daemon_pid(deployment.wh.paths)
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}/ui", timeout=5, trust_env=False) as client:
+        with httpx.Client(verify=tls(), base_url=f"http://127.0.0.1:{port}/ui", timeout=5, trust_env=False) as client:
             def answer() -> dict | None:
                 with contextlib.suppress(httpx.TransportError):
                     return client.post("/graphql", json={"query": WORKSPACE_QUERY}).json()

@@ -23,6 +23,7 @@ import pytest
 from helpers import free_port, funded, stop_group
 
 from amber_pipeline import embedded
+from amber_pipeline.cli.client import tls
 from amber_pipeline.jobs import cell_names, records
 from amber_pipeline.money import wallet
 from amber_pipeline.money.prices import show
@@ -122,7 +123,7 @@ def dagster_dev(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Dag
         proc = subprocess.Popen([amber, "ui", "--host", "127.0.0.1", "--port", str(port)], cwd=PROJECT_ROOT,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     # `amber ui` serves Amber's web app at / and the Dagster UI under /ui, with no sign-in on the host
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}/ui", timeout=10, trust_env=False)
+    client = httpx.Client(verify=tls(), base_url=f"http://127.0.0.1:{port}/ui", timeout=10, trust_env=False)
     try:
         yield Dagster(client, proc, log)
     finally:

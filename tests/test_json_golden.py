@@ -12,6 +12,7 @@ tests/test_json_golden.py` and add a note to `tests/golden/json/README.md`.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import shutil
@@ -158,13 +159,15 @@ def test_every_case_has_a_golden_file_and_every_file_a_case() -> None:
 
 def test_json_output_is_the_golden_file(inputs: Inputs, cli_mode: str) -> None:
     """Every case at once: the fixture's imports and Jobs are made once for all of them."""
-    differs = []
+    differs: dict[str, list[str]] = {}
     for case in CASES:
         text = printed(inputs, case)
         json.loads(text)  # whole, valid JSON
         golden = FILES / f"{case}.json"
         if WRITE and cli_mode == "local":
             golden.write_text(text)
-        elif golden.read_text() != text:
-            differs.append(case)
-    assert differs == [], f"--json differs from its golden file: {differs}"
+        elif (expected := golden.read_text()) != text:
+            differs[case] = list(difflib.unified_diff(expected.splitlines(), text.splitlines(), golden.name,
+                                                      "printed", n=2, lineterm=""))
+    assert not differs, f"--json differs from its golden file: {list(differs)}\n" + "\n".join(
+        "\n".join(diff[:40]) for diff in differs.values())

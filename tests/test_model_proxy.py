@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
+from amber_pipeline.cli.client import tls
 from amber_pipeline.models.configurations import ModelConfiguration, Prices, Settings
 from amber_pipeline.models.provider_double import Fault, FaultKind, ProviderDouble, load_replay
 from amber_pipeline.models.providers import Wire
@@ -39,7 +40,7 @@ FOLLOW_UP = "And which lake lies at its centre?"
 SECOND_REPLY = "Lake Burley Griffin, an artificial lake finished in 1963."
 PRICES = Prices(input=1.0, cached_input=0.1, output=5.0, source="made up for the tests")
 CLIENT_LIMIT, PINNED_LIMIT = 5, 64  # what the Agent asks for, and what the configuration makes it
-HTTP = httpx.Client(timeout=10, trust_env=False)
+HTTP = httpx.Client(verify=tls(), timeout=10, trust_env=False)
 
 
 def tokens(*texts: str) -> int:
@@ -399,7 +400,7 @@ def test_an_agent_hanging_up_mid_stream_is_no_provider_signal(proxy: ModelProxy,
     would make its Trial Errored instead of giving it its Reward."""
     up = pausing_upstream
     g = proxy.grant(Grant("t", OPENAI, up.url, KEY))
-    client = httpx.Client(timeout=10, trust_env=False)
+    client = httpx.Client(verify=tls(), timeout=10, trust_env=False)
     with client.stream("POST", url(proxy, Wire.CHAT), json=STREAMED_CHAT,
                        headers=BY_ID["chat-openai"].headers(g.token)) as r:
         assert next(line for line in r.iter_lines() if line.startswith("data:"))
@@ -427,7 +428,7 @@ def test_a_stopped_proxy_is_gone_whatever_connections_it_had(double: ProviderDou
     a connection as uvicorn does; either way its thread has ended, and its port takes no call."""
     proxy = ModelProxy().start()
     url = proxy.base_url() + "/v1/models"
-    client = httpx.Client(timeout=10, trust_env=False)
+    client = httpx.Client(verify=tls(), timeout=10, trust_env=False)
     if connection != "none":
         g = grant(proxy, double, BY_ID["chat-openrouter"])
         assert client.get(url,

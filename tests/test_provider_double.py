@@ -18,6 +18,7 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+from amber_pipeline.cli.client import tls
 from amber_pipeline.models.provider_double import (  # noqa: E402
     DONE_REPLY,
     Fault,
@@ -27,7 +28,7 @@ from amber_pipeline.models.provider_double import (  # noqa: E402
 )
 
 # One client for the module: creating one per request costs ~50 ms. No proxies for loopback.
-HTTP = httpx.Client(timeout=5, trust_env=False)
+HTTP = httpx.Client(verify=tls(), timeout=5, trust_env=False)
 
 FIX_INSTR = "Fix the failing test in calc.py so that add() returns the sum."
 FIX_INSTR_STRICT = FIX_INSTR + " Do not touch the tests."

@@ -19,6 +19,7 @@ from servers.api import ApiServer
 from test_refusals import STATIC, Instance, instance, state, template  # noqa: F401  # fixtures used below
 
 from amber_pipeline.accounts.identity import local_user
+from amber_pipeline.cli.client import tls
 from amber_pipeline.jobs import lifecycle, quotes
 from amber_pipeline.operations.areas import OPERATIONS
 from amber_pipeline.paths import AmberPaths
@@ -78,7 +79,7 @@ def test_every_get_route_changes_nothing(due: Instance) -> None:
         assert len(gets) >= 15, [name for name, _ in gets]
         tokens = [server.token(local_user()), server.token("alice")]
         before = state(due)
-        with httpx.Client(base_url=server.url, timeout=60) as client:
+        with httpx.Client(verify=tls(), base_url=server.url, timeout=60) as client:
             for name, op in gets:
                 url = op.path_for(None, {f: fills[f] for f in op.path_fields})
                 for token in tokens:

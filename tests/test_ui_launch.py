@@ -35,6 +35,7 @@ from helpers import free_port, funded, request, stop_group
 from amber_pipeline import embedded
 from amber_pipeline.accounts import tokens, users, workspaces
 from amber_pipeline.accounts.identity import DEFAULT_WORKSPACE, Actor, local_user
+from amber_pipeline.cli.client import tls
 from amber_pipeline.definitions import defs
 from amber_pipeline.errors import AmberError
 from amber_pipeline.jobs import lifecycle, records
@@ -310,7 +311,7 @@ class Server:
     def signed_in(self, user: str) -> Iterator[httpx.Client]:
         """A browser's client, signed in to /ui with `user`'s token (a session cookie)."""
         secret = tokens.create(self.wh, user, name=f"{user} in a test").secret
-        with httpx.Client(base_url=self.url, timeout=60, trust_env=False) as client:
+        with httpx.Client(verify=tls(), base_url=self.url, timeout=60, trust_env=False) as client:
             assert client.post("/ui/signin", data={"token": secret}).status_code == 303
             yield client
 
@@ -387,7 +388,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         embedded.start_daemon(paths)
         try:
             with served(create_app(paths, ui=ui, on_close=ui.close)) as url:
-                with httpx.Client(base_url=url, timeout=60, trust_env=False) as probe:
+                with httpx.Client(verify=tls(), base_url=url, timeout=60, trust_env=False) as probe:
                     secret = tokens.create(wh, OPERATOR, name="loading").secret
                     probe.headers["Authorization"] = f"Bearer {secret}"
 
@@ -474,11 +475,12 @@ def test_a_launch_the_gate_cannot_tag_is_refused(server: Server) -> None:
 def test_redirects_name_the_public_url_never_the_host_sent(amber_home: Path) -> None:
     sent = {"Host": "elsewhere.example"}
     with served(app(AmberPaths.from_env(), public_url=PUBLIC_URL + "/")) as url, \
-            httpx.Client(base_url=url, timeout=30, trust_env=False) as client:
+            httpx.Client(verify=tls(), base_url=url, timeout=30, trust_env=False) as client:
         for path, target in (("/ui", "/ui/"), ("/docs/", "/docs"), ("/ui/", "/ui/signin")):
             response = client.get(path, headers={**sent, "Accept": "text/html"})
             assert response.is_redirect and response.headers["location"] == PUBLIC_URL + target, (path, response)
-    with served(app(AmberPaths.from_env())) as url, httpx.Client(base_url=url, timeout=30, trust_env=False) as client:
+    with served(app(AmberPaths.from_env())) as url, \
+            httpx.Client(verify=tls(), base_url=url, timeout=30, trust_env=False) as client:
         response = client.get("/ui", headers=sent)
         assert response.is_redirect and response.headers["location"] == "/ui/"  # no URL given: the path alone
     with pytest.raises(AmberError, match="is not the http"):
@@ -496,7 +498,7 @@ def test_amber_serve_names_its_public_url_in_redirects(amber_home: Path) -> None
     server = subprocess.Popen([amber, "serve", "--port", str(port), "--public-url", PUBLIC_URL + "/"], env=host,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30, trust_env=False) as client:
+        with httpx.Client(verify=tls(), base_url=f"http://127.0.0.1:{port}", timeout=30, trust_env=False) as client:
 
             def answers() -> bool:
                 assert server.poll() is None, server.stderr.read() if server.stderr else server.returncode

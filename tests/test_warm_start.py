@@ -22,6 +22,7 @@ from helpers import free_port, funded, submit
 
 from amber_pipeline import embedded, worker_socket
 from amber_pipeline.accounts.identity import local_user
+from amber_pipeline.cli.client import tls
 from amber_pipeline.jobs import lifecycle, records
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.operations.jobs import launch
@@ -115,7 +116,7 @@ def test_amber_ui_uses_the_running_daemon_and_leaves_it_running(warehouse: Wareh
     ui = subprocess.Popen([str(Path(sys.executable).parent / "amber"), "ui", "--port", str(port)],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5, trust_env=False) as client:
+        with httpx.Client(verify=tls(), base_url=f"http://127.0.0.1:{port}", timeout=5, trust_env=False) as client:
             def serving() -> bool:
                 try:
                     return client.get("/ui/server_info").status_code == 200  # the Dagster UI, under /ui

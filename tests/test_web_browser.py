@@ -46,6 +46,7 @@ from web_data import (
     two_members,
 )
 
+from amber_pipeline.cli.client import tls
 from amber_pipeline.jobs import records
 from amber_pipeline.jobs.records import Job
 from amber_pipeline.money import wallet
@@ -214,7 +215,8 @@ def alice(driver: Chrome, world: World, shots: Path) -> Browser:
 def api(world: World, token: str, operation: str, workspace: str, **fields: Any) -> Any:
     """An operation's answer through the API under /v1, as its JSON."""
     op = OPERATIONS[operation]
-    with httpx.Client(base_url=world.url, headers={"authorization": f"Bearer {token}"}, timeout=60) as http:
+    with httpx.Client(verify=tls(), base_url=world.url, headers={"authorization": f"Bearer {token}"},
+                      timeout=60) as http:
         answer = http.request(op.method, op.path_for(workspace, fields),
                               params={k: v for k, v in fields.items() if k not in op.path_fields})
     assert answer.status_code == 200, answer.text
