@@ -7,12 +7,11 @@ the first read of a catalog made by an older Amber gives it the new views and co
 
 from __future__ import annotations
 
-import duckdb
 import pytest
 from helpers import funded
 
 from amber_pipeline.jobs import records
-from amber_pipeline.warehouse import catalog
+from amber_pipeline.warehouse import catalog, instances
 from amber_pipeline.warehouse.catalog import Warehouse
 
 
@@ -21,11 +20,11 @@ def test_a_current_catalog_runs_no_ddl_in_a_new_process(warehouse: Warehouse,
     funded(warehouse)
     monkeypatch.setattr(catalog, "_schema_ready", set())  # as a new process finds it
     monkeypatch.setattr(catalog, "CATALOG_DDL", "select error('the DDL ran')")  # the hash kept is still current
-    connects: list[dict] = []
-    connect = duckdb.connect
-    monkeypatch.setattr(duckdb, "connect", lambda *a, **k: connects.append(k) or connect(*a, **k))
+    opened: list[dict] = []
+    attached = instances.attached
+    monkeypatch.setattr(instances, "attached", lambda *a, **k: opened.append(k) or attached(*a, **k))
     assert records.list_jobs(warehouse, "default") == []
-    assert connects == [{"read_only": True}]  # one read-only connection: no write to make the schema first
+    assert opened == [{"read_only": True}]  # the file opened once, read-only: no write to make the schema first
     with warehouse.write() as con:
         assert con.execute("select count(*) from workspaces").fetchone() == (1,)
 

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
 import pytest
 from helpers import cli, refusal
 from starlette.testclient import TestClient
@@ -21,6 +20,7 @@ from amber_pipeline.accounts.identity import Actor
 from amber_pipeline.operations.areas import OPERATIONS
 from amber_pipeline.operations.operation import acting
 from amber_pipeline.paths import AmberPaths
+from amber_pipeline.warehouse import instances
 from amber_pipeline.warehouse.catalog import Warehouse
 from web.webapp import create_web
 
@@ -171,13 +171,13 @@ def test_every_page_forbids_inline_script_and_other_sites(world: World) -> None:
 def test_a_pages_reads_share_one_catalog_connection_and_it_may_not_write(world: World,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     opened = []
-    real = duckdb.connect
+    real = instances.attached
 
-    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
-        opened.append(args[0] if args else "")
-        return real(*args, **kwargs)
+    def counting(path, **kwargs):  # type: ignore[no-untyped-def]
+        opened.append(path)
+        return real(path, **kwargs)
 
-    monkeypatch.setattr(duckdb, "connect", counting)
+    monkeypatch.setattr(instances, "attached", counting)
     with world.wh.reading():
         for _ in range(5):
             with world.wh.read() as con:

@@ -10,7 +10,6 @@ Reward counts only when it is not Errored; its duration is its wall time.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -35,17 +34,17 @@ def cell_of(e: TrialEvidence) -> str:
 def score_rows(rows: Iterable[tuple], resampling: Resampling | None = None) -> engine.Scores:
     """Score rows given as tuples in `schemas.SCORING_ROW_SCHEMA` order (``resampling``: the engine's default
     unless given)."""
-    import duckdb
     import pyarrow as pa
 
     from amber_pipeline.scoring import engine
     from amber_pipeline.scoring.bootstrap import DEFAULT_RESAMPLING
+    from amber_pipeline.warehouse import instances
     from amber_pipeline.warehouse.schemas import SCORING_ROW_SCHEMA
 
     columns = list(zip(*rows, strict=True)) or [()] * len(SCORING_ROW_SCHEMA)
     table = pa.table([pa.array(list(c), type=f.type) for c, f in zip(columns, SCORING_ROW_SCHEMA, strict=True)],
                      schema=SCORING_ROW_SCHEMA)
-    with contextlib.closing(duckdb.connect()) as con:
+    with instances.scratch() as con:
         con.register("evidence_rows", table)
         return engine.score(con, "select * from evidence_rows", resampling or DEFAULT_RESAMPLING)
 

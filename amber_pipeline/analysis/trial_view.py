@@ -12,14 +12,12 @@ here is data: whoever shows it escapes it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-import duckdb
 from pydantic import BaseModel, Field
 
 from amber_pipeline.analysis import sources
@@ -41,7 +39,7 @@ from amber_pipeline.models.configurations import ModelConfiguration, model_confi
 from amber_pipeline.models.wire import Usage
 from amber_pipeline.money.prices import Prices
 from amber_pipeline.user_text import quoted
-from amber_pipeline.warehouse import schemas, sql
+from amber_pipeline.warehouse import instances, schemas, sql
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.retention import MARKER
 from amber_pipeline.warehouse.schemas import TrialRecord, trial_key
@@ -429,7 +427,7 @@ def _model_calls(wh: Warehouse, workspace: str, record: TrialRecord, cell: JobCe
     bodies = {"request", "response"}
     columns = ", ".join(f"left({c}, {TEXT_CHARACTERS}) as {c}, length({c}) > {TEXT_CHARACTERS} as {c}_cut"
                         if c in bodies else c for c in CALL_COLUMNS)
-    with contextlib.closing(duckdb.connect()) as con:
+    with instances.scratch() as con:
         scan = wh.store.scan(con, files, schemas.TRANSCRIPT_SCHEMA, "transcripts")
         rows = con.execute(f"select {columns} from {scan} where trial_key = {sql.string(key)} "
                            f"and workspace = {sql.string(workspace)} order by retry, seq").fetch_arrow_table()

@@ -19,7 +19,6 @@ and an unchanged fingerprint with its outputs in place writes nothing.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import json
@@ -36,7 +35,7 @@ from amber_pipeline import failpoints
 from amber_pipeline.cells import NO_MODEL, agent_version_sql, cell_file_id
 from amber_pipeline.scoring import engine
 from amber_pipeline.scoring.bootstrap import DEFAULT_RESAMPLING, Resampling
-from amber_pipeline.warehouse import sql
+from amber_pipeline.warehouse import instances, sql
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.files import locked
 from amber_pipeline.warehouse.fitting import fitting
@@ -81,7 +80,7 @@ def cell_trial_files(wh: Warehouse, cell_key: str) -> list[Path]:
 
 def write_cell(wh: Warehouse, cell_key: str) -> engine.Scores:
     """Score one cell over all its stored Trials (each Workspace's apart) and write its Rewards and aggregates."""
-    with contextlib.closing(duckdb.connect()) as con:
+    with instances.scratch() as con:
         scores = _score(con, wh, cell_trial_files(wh, cell_key), DEFAULT_RESAMPLING)
         written = _write_cells(con, wh, scores.cells)
     folder = cell_file_id(cell_key)
@@ -97,7 +96,7 @@ def write_version(wh: Warehouse, benchmark_version_id: str, cell_keys: Sequence[
     versions' comparisons are kept as they were. Serialized with :func:`reaggregate` by its lock.
     """
     files = [f for key in sorted(set(cell_keys)) for f in cell_trial_files(wh, key)]
-    with locked(wh.paths.aggregates / "_reaggregate.lock", fcntl.LOCK_EX), contextlib.closing(duckdb.connect()) as con:
+    with locked(wh.paths.aggregates / "_reaggregate.lock", fcntl.LOCK_EX), instances.scratch() as con:
         scores = _score(con, wh, files, DEFAULT_RESAMPLING)
         written = _write_cells(con, wh, scores.cells)
         _remove_others(wh, [root / cell_file_id(key) for key in cell_keys
@@ -187,7 +186,7 @@ def _table(con: duckdb.DuckDBPyConnection, schema: pa.Schema, rows: Iterable[lis
     """An Arrow table of ``schema`` holding ``rows``, made by DuckDB from SQL literals."""
     types = {pa.string(): "varchar", pa.int64(): "bigint", pa.float64(): "double", pa.bool_(): "boolean"}
     columns = ", ".join(f"{f.name} {types[f.type]}" for f in schema)
-    con.execute(f"create or replace temp table _rows ({columns})")
+    con.execute(f"create or replace table _rows ({columns})")
     listed = sql.values(rows)
     if listed:
         con.execute(f"insert into _rows values {listed}")
@@ -237,7 +236,7 @@ def reaggregate(wh: Warehouse, *, resampling: Resampling = DEFAULT_RESAMPLING, f
                 and all(wh.store.exists(wh.paths.warehouse / p) for p in stored.get("outputs", []))):
             return Reaggregation(False, int(stored["cells"]), int(stored["comparisons"]),
                                  time.perf_counter() - start)
-        with contextlib.closing(duckdb.connect()) as con:
+        with instances.scratch() as con:
             scores = _score(con, wh, [path for path, _, _ in files], resampling)
             outputs = _write_cells(con, wh, scores.cells)
             outputs.append(_write_comparisons(con, wh, scores.comparisons))

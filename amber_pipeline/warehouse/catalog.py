@@ -27,7 +27,7 @@ import duckdb
 
 from amber_pipeline import settings
 from amber_pipeline.paths import AmberPaths
-from amber_pipeline.warehouse import sql, storage, stores
+from amber_pipeline.warehouse import instances, sql, storage, stores
 from amber_pipeline.warehouse.files import locked
 
 if TYPE_CHECKING:  # Arrow and the views are imported where used: a command that reads the catalog needs neither
@@ -196,8 +196,7 @@ class Warehouse:
             return
         if self._shared.get() is not None:  # its own shared lock would make it wait forever
             raise RuntimeError("A catalog write inside `Warehouse.reading()`: that block may only read.")
-        with locked(self._lock_path, fcntl.LOCK_EX):
-            con = duckdb.connect(str(self._catalog))
+        with locked(self._lock_path, fcntl.LOCK_EX), instances.attached(self._catalog, read_only=False) as con:
             try:
                 if (self._catalog, self._catalog.stat().st_ino) not in _schema_ready:
                     if not _schema_current(con):  # once per process and catalog file, not on every write
@@ -211,8 +210,6 @@ class Warehouse:
                 with contextlib.suppress(duckdb.Error):
                     con.execute("rollback")
                 raise
-            finally:
-                con.close()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:
@@ -224,27 +221,24 @@ class Warehouse:
         shared = self._shared.get()
         if shared is not None:
             with contextlib.closing(shared.cursor()) as cursor:  # its own results: a read never ends another's
+                cursor.execute(f"use {instances.FILE}")  # a cursor starts on the instance's own database
                 yield sql.Literals(cursor)
             return
         catalog = self._catalog
         if not catalog.exists():
             with self.write():  # made, with its schema
                 pass
-        with contextlib.ExitStack() as lock:
-            lock.enter_context(locked(self._lock_path, fcntl.LOCK_SH))
-            con = duckdb.connect(str(catalog), read_only=True)
+        with contextlib.ExitStack() as held:
+            held.enter_context(locked(self._lock_path, fcntl.LOCK_SH))
+            con = held.enter_context(instances.attached(catalog, read_only=True))
             if (catalog, catalog.stat().st_ino) not in _schema_ready and not _schema_current(con):
-                con.close()  # made by an older Amber: its new views and columns first, under the writers' lock
-                lock.close()
+                held.close()  # made by an older Amber: its new views and columns first, under the writers' lock
                 with self.write():
                     pass
-                lock.enter_context(locked(self._lock_path, fcntl.LOCK_SH))
-                con = duckdb.connect(str(catalog), read_only=True)
+                held.enter_context(locked(self._lock_path, fcntl.LOCK_SH))
+                con = held.enter_context(instances.attached(catalog, read_only=True))
             _schema_ready.add((catalog, catalog.stat().st_ino))
-            try:
-                yield sql.Literals(con)
-            finally:
-                con.close()
+            yield sql.Literals(con)
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[None]:
@@ -280,9 +274,10 @@ class Warehouse:
             return
         con.execute(f"attach ':memory:' as {views.CATALOG}")
         try:
+            [default] = con.execute("select current_database()").fetchone() or ("memory",)
             con.execute(f"use {views.CATALOG}")
             con.execute(CATALOG_DDL)
-            con.execute("use memory")
+            con.execute(f"use {default}")
             self._postgres.copy_into(con, views.CATALOG, views.catalog_sources(tables), workspace)
             yield
         finally:
@@ -311,7 +306,7 @@ class Warehouse:
         from amber_pipeline.warehouse.schemas import TRIAL_REQUIRED, TRIAL_SCHEMA
 
         found = self.store.files(self.paths.trials, "*/*.parquet")
-        with contextlib.closing(duckdb.connect()) as con:
+        with instances.scratch() as con:
             trials = set(fitting(con, [f.path for f in found], TRIAL_SCHEMA, TRIAL_REQUIRED, self.store))
         return [(f.path, f.size, f.mtime_ns) for f in found if f.path in trials]
 
@@ -344,14 +339,10 @@ class Warehouse:
         """
         from amber_pipeline.warehouse import views
 
-        con = duckdb.connect()
-        try:
-            names = views.with_dependencies(views.VIEW_NAMES if names is None else names)
-            with self.attached(con, names, workspace):
-                views.build(con, self.paths, self.store, workspace, names)
-                yield sql.Literals(con)
-        finally:
-            con.close()
+        names = views.with_dependencies(views.VIEW_NAMES if names is None else names)
+        with instances.scratch() as con, self.attached(con, names, workspace):
+            views.build(con, self.paths, self.store, workspace, names)
+            yield sql.Literals(con)
 
 
 def _file_id(text: str) -> str:

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from amber_pipeline.errors import AmberError
-from amber_pipeline.warehouse import sql
+from amber_pipeline.warehouse import instances, sql
 from amber_pipeline.warehouse.storage import LocalStore
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ def _duckdb_types(schema: pa.Schema) -> dict[str, str]:
     a kind of file, so asked once per schema in a connection of its own (callers only read it). Asked of an empty
     file of the schema, made by a writer given no table, not of an Arrow table: DuckDB (looking at a Python object)
     and Arrow (writing a table) import pandas for that, a quarter of a second."""
-    with tempfile.TemporaryDirectory(prefix="amber-schema-") as folder, duckdb.connect() as con:
+    with tempfile.TemporaryDirectory(prefix="amber-schema-") as folder, instances.scratch() as con:
         empty = Path(folder) / "expected.parquet"
         pq.ParquetWriter(empty, schema).close()
         return {r[0]: r[1] for r in con.execute(f"describe select * from read_parquet({sql.string(str(empty))})")

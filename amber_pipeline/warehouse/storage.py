@@ -80,12 +80,12 @@ class LocalStore:
     def row_count(self, path: Path) -> int | None:
         """How many rows the stored Parquet file has (from its footer), or None when it is not stored: read by
         DuckDB, so a count loads no Arrow."""
-        import duckdb
+        from amber_pipeline.warehouse import instances
 
         where = self.where(path)
         if not where.is_file():
             return None
-        with contextlib.closing(duckdb.connect()) as con:
+        with instances.scratch() as con:
             found = con.execute(f"select sum(num_rows) from parquet_file_metadata({sql.string(where)})").fetchone()
         return int(found[0] or 0) if found else 0
 
