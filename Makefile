@@ -9,7 +9,7 @@ demo: setup
 
 # The suite runs on pytest-xdist's workers, one more than the cores (its tests wait on Docker and subprocesses
 # as much as they compute). The tests of a module that share a module-scoped fixture go to one worker
-# (--dist loadgroup, tests/conftest.py), so it is made once. Its wall time is printed as a FIGURE line
+# (--dist loadgroup, tests/scheduling.py), so it is made once. Its wall time is printed as a FIGURE line
 # (issue 30), whether it passes or not.
 WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: setup

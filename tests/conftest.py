@@ -13,6 +13,7 @@ from pathlib import Path
 import docker
 import helpers
 import pytest
+from scheduling import pytest_collection_modifyitems  # noqa: F401 - the suite's order and xdist groups
 from servers import api, dockerd, postgres, s3
 
 from amber_pipeline.errors import AmberError
@@ -25,30 +26,6 @@ def pytest_configure() -> None:
     """The CLI's tables are as wide as COLUMNS says, else 120 columns when piped: xdist's workers start with
     COLUMNS=80, so it is dropped, and every test sees the width of a piped run, as one that sets its own does."""
     os.environ.pop("COLUMNS", None)
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups into the test ids it sends
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that need no Docker engine run first: they are most of the suite and the quickest to fail. Within
-    each part the slow ones go first, so that on pytest-xdist's workers no long test starts last and keeps one
-    worker busy after the others are done. Order is kept otherwise.
-
-    The tests of a module that share one of its module-scoped fixtures (an instance with its daemon, images
-    built, a deployment) are one group, which `make test` (`--dist loadgroup`) gives to one worker: a fixture is
-    made once per worker that runs a test of it, and a module's tests spread over three workers made it three
-    times."""
-    items.sort(key=lambda item: (item.get_closest_marker("docker") is not None,
-                                 item.get_closest_marker("slow") is None))
-    for item in items:
-        if _shares_a_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-
-
-def _shares_a_module_fixture(item: pytest.Item) -> bool:
-    module = item.nodeid.split("::")[0]
-    info = getattr(item, "_fixtureinfo", None)
-    return info is not None and any(d.scope == "module" and d.baseid == module
-                                    for defs in info.name2fixturedefs.values() for d in defs)
 
 
 @pytest.fixture(autouse=True)

@@ -27,7 +27,12 @@ def made(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     monkeypatch.setattr(instances, "_idle", [])
     made: list[object] = []
     connect = duckdb.connect
-    monkeypatch.setattr(duckdb, "connect", lambda *a, **k: made.append(k) or connect(*a, **k))
+
+    def counted(*args: object, **kwargs: object) -> duckdb.DuckDBPyConnection:
+        made.append(kwargs)
+        return connect(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(duckdb, "connect", counted)
     return made
 
 
@@ -40,11 +45,26 @@ def test_reads_and_writes_reuse_one_instance(warehouse: Warehouse, made: list[ob
     assert len(made) == 1
 
 
+def test_an_instance_is_closed_after_so_many_blocks_and_a_new_one_made(warehouse: Warehouse, made: list[object],
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """An instance keeps a little memory of each database it attached, given back only when it closes."""
+    with warehouse.write():  # the catalog made first
+        pass
+    made.clear()
+    instances._idle.clear()
+    monkeypatch.setattr(instances, "LENDS", 3)
+    for _ in range(7):
+        with warehouse.read() as con:
+            con.execute("select count(*) from users").fetchone()
+    assert len(made) == 3  # blocks 1-3 on the first, 4-6 on the second, 7 on the third
+    assert [lends for _, lends in instances._idle] == [1]
+
+
 def test_between_blocks_no_file_is_held_and_another_process_writes_at_once(warehouse: Warehouse) -> None:
     with warehouse.read() as con:
         con.execute("select count(*) from users").fetchone()
     assert instances._idle, "the instance was not kept"
-    [attached] = instances._idle[-1].execute("select count(*) from duckdb_databases() where not internal "
+    [attached] = instances._idle[-1][0].execute("select count(*) from duckdb_databases() where not internal "
                                              "and database_name <> 'memory'").fetchone() or (None,)
     assert attached == 0
     # Not through Amber's lock: DuckDB itself would refuse a read-write open while any process had the file.
@@ -101,7 +121,7 @@ def test_nested_and_concurrent_blocks_get_instances_of_their_own(warehouse: Ware
 def test_a_forked_child_makes_its_own_instance(warehouse: Warehouse, tmp_path: Path) -> None:
     with warehouse.write() as con:
         con.execute("insert into users (user_name, created_by) values ('ann', 'tests')")
-    parents = list(instances._idle)
+    parents = [con for con, _ in instances._idle]
     assert parents
     out = tmp_path / "child"
     pid = os.fork()
@@ -109,7 +129,7 @@ def test_a_forked_child_makes_its_own_instance(warehouse: Warehouse, tmp_path: P
         try:
             with warehouse.read() as con:
                 found = con.execute("select user_name from users").fetchone()
-            out.write_text(f"{found} {instances._idle[-1] not in parents} {len(instances._forked_away)}")
+            out.write_text(f"{found} {instances._idle[-1][0] not in parents} {len(instances._forked_away)}")
         finally:
             os._exit(0)
     os.waitpid(pid, 0)

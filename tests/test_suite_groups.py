@@ -1,6 +1,6 @@
 """The suite's own scheduling: under `make test` (pytest-xdist, `--dist loadgroup`), the tests of a module that
 share one of its module-scoped fixtures run on one worker, so the fixture (a deployment, an instance with its
-daemon, images built) is made once, not once per worker (`tests/conftest.py`).
+daemon, images built) is made once, not once per worker (`tests/scheduling.py`).
 
 Nothing else would notice if that stopped: the tests pass either way, only slower. It did stop once, silently:
 pytest-xdist 3.8 names a test's group through `Item._nodeid`, which pytest 9 no longer reads (pyproject.toml
@@ -47,7 +47,7 @@ def test_a_modules_tests_that_share_a_module_fixture_run_on_one_worker(tmp_path:
     (tmp_path / "test_probe.py").write_text(PROBE)
     log = tmp_path / "log"
     env = {**os.environ, "PROBE_LOG": str(log), "PYTHONPATH": str(PROJECT_ROOT / "tests")}
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p", "conftest",
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p", "scheduling",
                           "-p", "no:cacheprovider", "--rootdir", str(tmp_path), "test_probe.py"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr

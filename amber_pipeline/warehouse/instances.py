@@ -28,10 +28,13 @@ from amber_pipeline.warehouse import sql
 FILE = "amber_file"  # the alias of a block's database file
 SCRATCH = "amber_scratch"  # the alias of a block's own in-memory database
 _IDLE_KEPT = 4  # more idle than this are closed: a burst of threads does not keep its instances
+# An instance keeps a little memory of every database it attached (5 MB after 5,000), given back when it closes:
+# it is closed after this many blocks, and a new one made (10 ms, once per so many).
+LENDS = 1000
 
-_idle: list[duckdb.DuckDBPyConnection] = []
+_idle: list[tuple[duckdb.DuckDBPyConnection, int]] = []  # with the blocks each was lent to so far
 _idle_lock = threading.Lock()
-_forked_away: list[duckdb.DuckDBPyConnection] = []  # a parent's, kept unclosed in its child (see _after_fork)
+_forked_away: list[tuple[duckdb.DuckDBPyConnection, int]] = []  # a parent's, never closed in its child (_after_fork)
 
 
 @contextlib.contextmanager
@@ -54,20 +57,20 @@ def scratch() -> Iterator[duckdb.DuckDBPyConnection]:
 @contextlib.contextmanager
 def _lent(attach: str, alias: str, *, temporaries: bool) -> Iterator[duckdb.DuckDBPyConnection]:
     with _idle_lock:
-        con = _idle.pop() if _idle else None
+        con, lends = _idle.pop() if _idle else (None, 0)
     if con is None:
         con = duckdb.connect()
     try:
         con.execute(attach)
     except BaseException:
-        _give_back(con)
+        _give_back(con, lends + 1)
         raise
     try:
         con.execute(f"use {alias}")
         yield con
     finally:
         if _detached(con, alias) and (not temporaries or _without_temporaries(con)):
-            _give_back(con)
+            _give_back(con, lends + 1)
         else:  # left in a state it cannot leave (a transaction open, say): not lent again
             con.close()
 
@@ -95,11 +98,12 @@ def _without_temporaries(con: duckdb.DuckDBPyConnection) -> bool:
     return left == 0
 
 
-def _give_back(con: duckdb.DuckDBPyConnection) -> None:
-    with _idle_lock:
-        if len(_idle) < _IDLE_KEPT:
-            _idle.append(con)
-            return
+def _give_back(con: duckdb.DuckDBPyConnection, lends: int) -> None:
+    if lends < LENDS:
+        with _idle_lock:
+            if len(_idle) < _IDLE_KEPT:
+                _idle.append((con, lends))
+                return
     con.close()
 
 
