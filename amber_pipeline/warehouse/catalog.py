@@ -265,8 +265,12 @@ class Warehouse:
         from amber_pipeline.warehouse import views
 
         if self._postgres is None:
-            with self.read():
-                con.execute(f"attach {sql.string(self._catalog)} as {views.CATALOG} (read_only)")
+            catalog = self._catalog
+            if not catalog.exists() or (catalog, catalog.stat().st_ino) not in _schema_ready:
+                with self.read():  # the catalog made, or given this DDL's views and columns, first
+                    pass
+            with locked(self._lock_path, fcntl.LOCK_SH):  # the lock a read holds, without a second opening
+                con.execute(f"attach {sql.string(catalog)} as {views.CATALOG} (read_only)")
                 try:
                     yield
                 finally:
