@@ -154,6 +154,16 @@ SCHEMA_HASH = hashlib.sha256(CATALOG_DDL.encode()).hexdigest()[:16]
 SCHEMA_MARK = f"create or replace table catalog_schema as select {sql.string(SCHEMA_HASH)} as hash"
 
 
+def _known_current(catalog: Path) -> bool:
+    """Whether this process found or made the catalog file at ``catalog`` current already (the same file: one made
+    anew at that path is looked at again)."""
+    return catalog.exists() and (catalog, catalog.stat().st_ino) in _schema_ready
+
+
+def _known_current_now(catalog: Path) -> None:
+    _schema_ready.add((catalog, catalog.stat().st_ino))
+
+
 def _schema_current(con: duckdb.DuckDBPyConnection) -> bool:
     """Whether the catalog was last made by this DDL (`SCHEMA_HASH`)."""
     try:
@@ -198,11 +208,11 @@ class Warehouse:
             raise RuntimeError("A catalog write inside `Warehouse.reading()`: that block may only read.")
         with locked(self._lock_path, fcntl.LOCK_EX), instances.attached(self._catalog, read_only=False) as con:
             try:
-                if (self._catalog, self._catalog.stat().st_ino) not in _schema_ready:
+                if not _known_current(self._catalog):
                     if not _schema_current(con):  # once per process and catalog file, not on every write
                         con.execute(CATALOG_DDL)
                         con.execute(SCHEMA_MARK)  # no parameter: DuckDB would import pandas to bind it
-                    _schema_ready.add((self._catalog, self._catalog.stat().st_ino))
+                    _known_current_now(self._catalog)
                 con.execute("begin transaction")
                 yield sql.Literals(con)
                 con.execute("commit")
@@ -231,13 +241,13 @@ class Warehouse:
         with contextlib.ExitStack() as held:
             held.enter_context(locked(self._lock_path, fcntl.LOCK_SH))
             con = held.enter_context(instances.attached(catalog, read_only=True))
-            if (catalog, catalog.stat().st_ino) not in _schema_ready and not _schema_current(con):
+            if not _known_current(catalog) and not _schema_current(con):
                 held.close()  # made by an older Amber: its new views and columns first, under the writers' lock
                 with self.write():
                     pass
                 held.enter_context(locked(self._lock_path, fcntl.LOCK_SH))
                 con = held.enter_context(instances.attached(catalog, read_only=True))
-            _schema_ready.add((catalog, catalog.stat().st_ino))
+            _known_current_now(catalog)
             yield sql.Literals(con)
 
     @contextlib.contextmanager
@@ -266,7 +276,7 @@ class Warehouse:
 
         if self._postgres is None:
             catalog = self._catalog
-            if not catalog.exists() or (catalog, catalog.stat().st_ino) not in _schema_ready:
+            if not _known_current(catalog):
                 with self.read():  # the catalog made, or given this DDL's views and columns, first
                     pass
             with locked(self._lock_path, fcntl.LOCK_SH):  # the lock a read holds, without a second opening
