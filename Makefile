@@ -13,7 +13,7 @@ demo: setup
 # (issue 30), whether it passes or not.
 WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 # Its temporary folders (every test's AMBER_HOME: a catalog, a Dagster instance, Benchmark copies; 5 GB written in
-# all) are made in memory, on /dev/shm, where it has room: on this machine's disk (ext4, mounted with discard) the
+# all) are made in memory, on /dev/shm, where it has 8 GB free: on this machine's disk (ext4, mounted with discard) the
 # same files cost the kernel about a tenth of the suite's time. A passing test's folder is removed when it ends
 # (pyproject.toml: tmp_path_retention_policy), so what the suite holds there at once stays small.
 SUITE_TMP ?= $(shell [ "$$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 {print $$4}')" -gt 8000000 ] 2>/dev/null \
