@@ -26,7 +26,7 @@ from amber_pipeline.warehouse.catalog import Warehouse
 def pytest_collection_finish() -> None:
     """What collecting imported (Dagster, Harbor, litellm, the tests' modules: about 600,000 objects) is kept
     out of the garbage collector's sight, as the warm worker keeps its imports: each full collection walked all of
-    it again, most of the CPU a quick in-process test spent outside its own code."""
+    it again (3-6% of an in-process test's CPU, by perf; 74 quick CLI tests took 23.3 s instead of 25.0)."""
     gc.collect()
     gc.freeze()
 
