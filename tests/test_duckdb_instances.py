@@ -24,7 +24,7 @@ from amber_pipeline.warehouse.catalog import Warehouse
 @pytest.fixture
 def made(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     """Every DuckDB instance made from here on."""
-    monkeypatch.setattr(instances, "_idle", [])
+    monkeypatch.setattr(instances, "_idle", {instances.FILE: [], instances.SCRATCH: []})
     made: list[object] = []
     connect = duckdb.connect
 
@@ -51,21 +51,31 @@ def test_an_instance_is_closed_after_so_many_blocks_and_a_new_one_made(warehouse
     with warehouse.write():  # the catalog made first
         pass
     made.clear()
-    instances._idle.clear()
+    instances._idle[instances.FILE].clear()
     monkeypatch.setattr(instances, "LENDS", 3)
     for _ in range(7):
         with warehouse.read() as con:
             con.execute("select count(*) from users").fetchone()
     assert len(made) == 3  # blocks 1-3 on the first, 4-6 on the second, 7 on the third
-    assert [lends for _, lends in instances._idle] == [1]
+    assert [lends for _, lends in instances._idle[instances.FILE]] == [1]
+
+
+def test_a_catalog_block_runs_on_one_thread_and_a_scratch_block_on_every_core(warehouse: Warehouse) -> None:
+    """A catalog block's few small statements gain nothing from a second thread, which only woke for each of them;
+    a scratch block's scans of Parquet files do."""
+    with warehouse.read() as con:
+        assert con.execute("select current_setting('threads')").fetchone() == (1,)
+    with instances.scratch() as con:
+        assert con.execute("select current_setting('threads')").fetchone() == (os.cpu_count(),)
 
 
 def test_between_blocks_no_file_is_held_and_another_process_writes_at_once(warehouse: Warehouse) -> None:
     with warehouse.read() as con:
         con.execute("select count(*) from users").fetchone()
-    assert instances._idle, "the instance was not kept"
-    [attached] = instances._idle[-1][0].execute("select count(*) from duckdb_databases() where not internal "
-                                             "and database_name <> 'memory'").fetchone() or (None,)
+    assert instances._idle[instances.FILE], "the instance was not kept"
+    kept = instances._idle[instances.FILE][-1][0]
+    [attached] = kept.execute("select count(*) from duckdb_databases() where not internal "
+                              "and database_name <> 'memory'").fetchone() or (None,)
     assert attached == 0
     # Not through Amber's lock: DuckDB itself would refuse a read-write open while any process had the file.
     script = ("import duckdb, sys; con = duckdb.connect(sys.argv[1]); "
@@ -124,7 +134,7 @@ def test_nested_and_concurrent_blocks_get_instances_of_their_own(warehouse: Ware
 def test_a_forked_child_makes_its_own_instance(warehouse: Warehouse, tmp_path: Path) -> None:
     with warehouse.write() as con:
         con.execute("insert into users (user_name, created_by) values ('ann', 'tests')")
-    parents = [con for con, _ in instances._idle]
+    parents = [con for idle in instances._idle.values() for con, _ in idle]
     assert parents
     out = tmp_path / "child"
     pid = os.fork()
@@ -132,7 +142,8 @@ def test_a_forked_child_makes_its_own_instance(warehouse: Warehouse, tmp_path: P
         try:
             with warehouse.read() as con:
                 found = con.execute("select user_name from users").fetchone()
-            out.write_text(f"{found} {instances._idle[-1][0] not in parents} {len(instances._forked_away)}")
+            made = instances._idle[instances.FILE][-1][0]
+            out.write_text(f"{found} {made not in parents} {len(instances._forked_away)}")
         finally:
             os._exit(0)
     os.waitpid(pid, 0)

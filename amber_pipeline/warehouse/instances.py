@@ -8,6 +8,11 @@ in-memory instances and lends one per block, with the block's database attached 
 connection; the database is detached when the block ends, so an instance holds no file open (and no lock,
 nor view or table of a block) between blocks.
 
+A catalog block's instance runs one thread. Its statements are small (a few rows read or written): each of DuckDB's
+pipelines woke the instance's second thread for nothing (a futex wake and a cross-core interrupt), and that thread,
+idle again, trimmed the whole process's heap (glibc's malloc_trim), whose pages were then faulted back in. A
+scratch block's instance keeps DuckDB's threads: its queries scan Parquet files, which a second core speeds.
+
 An instance is used by one block at a time; a block nested in another, or one in another thread, is lent
 another. A forked child never uses its parent's instances (DuckDB's threads do not survive a fork): it makes
 its own.
@@ -32,7 +37,9 @@ _IDLE_KEPT = 4  # more idle than this are closed: a burst of threads does not ke
 # it is closed after this many blocks, and a new one made (10 ms, once per so many).
 LENDS = 1000
 
-_idle: list[tuple[duckdb.DuckDBPyConnection, int]] = []  # with the blocks each was lent to so far
+# Each kind's instances' config: a catalog block's on one thread (see above), a scratch block's as DuckDB makes them.
+_CONFIG: dict[str, dict[str, str | bool | int | float | list[str]]] = {FILE: {"threads": 1}, SCRATCH: {}}
+_idle: dict[str, list[tuple[duckdb.DuckDBPyConnection, int]]] = {FILE: [], SCRATCH: []}  # with their blocks so far
 _idle_lock = threading.Lock()
 _forked_away: list[tuple[duckdb.DuckDBPyConnection, int]] = []  # a parent's, never closed in its child (_after_fork)
 
@@ -57,20 +64,21 @@ def scratch() -> Iterator[duckdb.DuckDBPyConnection]:
 @contextlib.contextmanager
 def _lent(attach: str, alias: str, *, temporaries: bool) -> Iterator[duckdb.DuckDBPyConnection]:
     with _idle_lock:
-        con, lends = _idle.pop() if _idle else (None, 0)
+        idle = _idle[alias]
+        con, lends = idle.pop() if idle else (None, 0)
     if con is None:
-        con = duckdb.connect()
+        con = duckdb.connect(config=_CONFIG[alias])
     try:
         con.execute(attach)
     except BaseException:
-        _give_back(con, lends + 1)
+        _give_back(con, alias, lends + 1)
         raise
     try:
         con.execute(f"use {alias}")
         yield con
     finally:
         if _detached(con, alias) and (not temporaries or _without_temporaries(con)):
-            _give_back(con, lends + 1)
+            _give_back(con, alias, lends + 1)
         else:  # left in a state it cannot leave (a transaction open, say): not lent again
             con.close()
 
@@ -98,11 +106,11 @@ def _without_temporaries(con: duckdb.DuckDBPyConnection) -> bool:
     return left == 0
 
 
-def _give_back(con: duckdb.DuckDBPyConnection, lends: int) -> None:
+def _give_back(con: duckdb.DuckDBPyConnection, alias: str, lends: int) -> None:
     if lends < LENDS:
         with _idle_lock:
-            if len(_idle) < _IDLE_KEPT:
-                _idle.append((con, lends))
+            if len(_idle[alias]) < _IDLE_KEPT:
+                _idle[alias].append((con, lends))
                 return
     con.close()
 
@@ -110,8 +118,9 @@ def _give_back(con: duckdb.DuckDBPyConnection, lends: int) -> None:
 def _after_fork() -> None:
     """In a forked child the parent's instances have no threads: never closed (closing would wait for them), never
     lent; kept referenced so that no collection closes them either."""
-    _forked_away.extend(_idle)
-    _idle.clear()
+    for idle in _idle.values():
+        _forked_away.extend(idle)
+        idle.clear()
     global _idle_lock
     _idle_lock = threading.Lock()
 
