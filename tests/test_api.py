@@ -294,6 +294,33 @@ def test_tokens_are_stored_as_hashes_and_shown_once(world: World) -> None:
     assert "laptop" in listed and secret not in listed and "active" in listed
 
 
+def test_two_apps_in_one_process_each_answer_from_their_own_instance(tmp_path: Path) -> None:
+    """A process makes the operations' routes once and every app it makes shares them: each app still answers from
+    its own instance, and a token of one instance means nothing to another."""
+    servers, secrets = [], []
+    for name, roles in (("a", ("staff", "operator")), ("b", ())):
+        wh = Warehouse(AmberPaths(tmp_path / name))
+        users.add(wh, "alice", "tests", roles)
+        if name == "a":
+            users.add(wh, "carol", "tests")
+        secrets.append(tokens.create(wh, "alice").secret)
+        servers.append(ApiServer.start(wh.paths))
+    try:
+        (a, b), (on_a, on_b) = servers, secrets
+
+        def get(server: ApiServer, path: str, secret: str) -> httpx.Response:
+            return httpx.get(f"{server.url}/v1/{path}", headers={"Authorization": f"Bearer {secret}"})
+
+        assert get(a, "me", on_a).json() == {"user": "alice", "staff": True, "operator": True}
+        assert get(b, "me", on_b).json() == {"user": "alice", "staff": False, "operator": False}
+        assert sorted(u["name"] for u in get(a, "users", on_a).json()) == ["alice", "carol"]
+        assert get(b, "users", on_b).status_code == 403
+        assert get(b, "me", on_a).status_code == get(a, "me", on_b).status_code == 401
+    finally:
+        for server in servers:
+            server.stop()
+
+
 def test_the_openapi_document_describes_every_operation(world: World) -> None:
     document = httpx.get(f"{world.server.url}/openapi.json").json()
     for op in OPERATIONS.values():
