@@ -139,6 +139,9 @@ def instance(template: Instance, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     return Instance(home, config, template.tasks, template.names)
 
 
+_READER = duckdb.connect()  # one in-memory DuckDB that attaches each catalog read (a new instance per read cost more)
+
+
 def state(instance: Instance) -> dict[str, object]:
     """Everything a command could change: every catalog table's rows and its sequences, every other file and
     folder under AMBER_HOME (lock files aside), and the user's config file."""
@@ -155,14 +158,16 @@ def state(instance: Instance) -> dict[str, object]:
             files[str(path.relative_to(instance.home))] = (path.stat().st_size,
                                                            hashlib.sha256(path.read_bytes()).hexdigest())
     catalog: dict[str, object] = {}
-    con = duckdb.connect(str(AmberPaths(instance.home).catalog), read_only=True)
+    con = _READER.cursor()
+    con.execute(f"attach '{AmberPaths(instance.home).catalog}' as snapshot (read_only)")
     try:
-        for (table,) in con.execute("select table_name from information_schema.tables "
-                                    "where table_schema = 'main' order by table_name").fetchall():
-            catalog[table] = con.execute(f'select * from "{table}" order by all').fetchall()
+        for (table,) in con.execute("select table_name from information_schema.tables where table_catalog = "
+                                    "'snapshot' and table_schema = 'main' order by table_name").fetchall():
+            catalog[table] = con.execute(f'select * from snapshot.main."{table}" order by all').fetchall()
         catalog["sequences"] = con.execute("select sequence_name, last_value from duckdb_sequences() "
-                                           "order by sequence_name").fetchall()
+                                           "where database_name = 'snapshot' order by sequence_name").fetchall()
     finally:
+        con.execute("detach snapshot")
         con.close()
     config = instance.config.read_bytes() if instance.config.exists() else None
     return {"files": files, "catalog": catalog, "config": config}
