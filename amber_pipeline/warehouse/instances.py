@@ -32,7 +32,7 @@ from amber_pipeline.warehouse import sql
 
 FILE = "amber_file"  # the alias of a block's database file
 SCRATCH = "amber_scratch"  # the alias of a block's own in-memory database
-_IDLE_KEPT = 4  # more idle than this are closed: a burst of threads does not keep its instances
+_IDLE_KEPT = 4  # more idle of a kind than this are closed: a burst of threads does not keep its instances
 # An instance keeps a little memory of every database it attached (5 MB after 5,000), given back when it closes:
 # it is closed after this many blocks, and a new one made (10 ms, once per so many).
 LENDS = 1000
