@@ -59,9 +59,9 @@ from amber_pipeline.warehouse.catalog import Warehouse
 BEARER = HTTPBearer(auto_error=False, description="A personal API token (`amber token create`).")
 SIGNED_IN_ROOT = "/v1"  # every operation's route is under it (`operations.PREFIX`); the docs and /ui are not
 BODY_BYTES = 1 << 20  # the body of any request but an upload's: params, a query, a Model Configuration's TOML
-_SERVED = "served_warehouse"  # the route function's parameter for its app's instance (`serving`); no op's is so named
 MAX_REQUEST_BYTES = 1 << 30  # an upload's: a dataset file for `benchmark adapt` may be large; an archive past 100 MB
 STATUS = {tokens.SignInRefused: 401, Forbidden: 403, NotFound: 404}
+_SERVED = "served_warehouse"  # the route function's parameter for its app's instance (`serving`); no op's is so named
 
 
 class Refusal(BaseModel):
