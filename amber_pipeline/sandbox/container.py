@@ -14,13 +14,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import docker
-from docker.errors import NotFound
+from docker.errors import APIError, NotFound
 
 from amber_pipeline.sandbox import docker_engine, engines, relay
 
@@ -137,11 +136,18 @@ def sandboxes_under(folder: Path, engine: engines.Engine | None = None) -> dict[
 
 
 def remove_sandboxes(containers: list) -> list[str]:
-    """Remove sandboxes (gone already is fine); their ids."""
+    """Remove sandboxes (gone already is fine); the ids of those removed. One the engine refuses for now (a container
+    stopped by an engine restart can be, for a moment) is left for the next sweep and does not keep the others."""
+    removed = []
     for container in containers:
-        with contextlib.suppress(NotFound):
+        try:
             container.remove(force=True)
-    return [c.id for c in containers]
+        except NotFound:
+            pass
+        except APIError:
+            continue
+        removed.append(container.id)
+    return removed
 
 
 def remove_sandboxes_under(run_dir: Path, engine: engines.Engine | None = None) -> list[str]:
