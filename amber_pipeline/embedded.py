@@ -1,9 +1,9 @@
 """The embedded Amber: a Dagster instance in AMBER_HOME, its daemon, its warm worker and its webserver.
 
-Started as plain processes (`dagster-daemon run`, as `launcher.daemon`, with the warm worker beside
-it; `python -m server`, which serves the Dagster UI at /ui) with DAGSTER_HOME and AMBER_HOME set, so
-every run they launch sees the same warehouse. One daemon per instance: the UI
-uses the one that runs, or starts one and stops it again when it exits. The
+Started as plain processes (the warm worker, then `dagster-daemon run`, as `launcher.daemon`, forked by
+the warm worker, which has Dagster imported already; `python -m server`, which serves the Dagster UI at
+/ui) with DAGSTER_HOME and AMBER_HOME set, so every run they launch sees the same warehouse. One daemon
+per instance: the UI uses the one that runs, or starts one and stops it again when it exits. The
 instance is made from the dagster.yaml the settings name (the repository's
 unless AMBER_DAGSTER_CONFIG says otherwise: deploy/ holds variants on
 PostgreSQL with other run launchers), and the daemon and the UI load the code
@@ -25,11 +25,13 @@ from pathlib import Path
 
 from amber_pipeline import settings, worker_socket
 from amber_pipeline.errors import AmberError
+from amber_pipeline.jobs import workers
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.sandbox import engines
 from amber_pipeline.warehouse import files
 
 WARM_WORKER_START_SEC = 30
+DAEMON_LOAD_SEC = 30  # how long a daemon may take to load its instance before it is taken as started
 STOP_GRACE_S = 15.0  # how long a stopped process's own shutdown may take (the API's waits up to 10 s for requests)
 # Amber's backend settings, which a run launcher passes to run workers by name (deploy/dagster.docker.yaml):
 # one unset here passes as empty, which `settings` reads as its default, so a worker elsewhere never uses
@@ -80,46 +82,77 @@ def daemon_pid(paths: AmberPaths) -> int | None:
     return _alive(_pid_file(paths))
 
 
+def announce_daemon(paths: AmberPaths) -> None:
+    """Called by the daemon (`launcher.daemon`) once it has loaded its instance: its pid in the instance's pid file,
+    which is what `start_daemon` waits for."""
+    _pid_file(paths).write_text(str(os.getpid()))
+
+
 def _alive(pid_file: Path) -> int | None:
     """The pid a pid file names, if that process still runs."""
     try:
-        pid = int(pid_file.read_text())
-        with contextlib.suppress(ChildProcessError):  # started by this process: reap it if it ended
-            if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                return None
-        os.kill(pid, 0)
-        return pid
-    except (FileNotFoundError, ValueError, ProcessLookupError):
+        return _running(int(pid_file.read_text()))
+    except (FileNotFoundError, ValueError):
         return None
 
 
+def _running(pid: int) -> int | None:
+    """``pid`` if that process still runs. A process this one started is reaped if it ended; one another process
+    started (the warm worker's fork of the daemon) may have ended and not yet been reaped: it has ended all the same."""
+    with contextlib.suppress(ChildProcessError):
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return None
+    return pid if workers.runs(pid) else None
+
+
 def start_daemon(paths: AmberPaths, workspace: Path | None = None) -> int:
-    """Start the Dagster daemon and the warm worker in the background unless the daemon runs already; return
-    the daemon's pid once the warm worker answers (its imports take a few seconds, once). ``workspace`` says
-    where the daemon finds the code location: loaded by itself (workspace.yaml), or served by a code server
-    over gRPC (deploy/workspace.grpc.yaml); None: the one AMBER_DAGSTER_WORKSPACE names."""
+    """Start the warm worker and the Dagster daemon in the background unless the daemon runs already; return the
+    daemon's pid once it has loaded its instance. ``workspace`` says where the daemon finds the code location: loaded
+    by itself (workspace.yaml), or served by a code server over gRPC (deploy/workspace.grpc.yaml); None: the one
+    AMBER_DAGSTER_WORKSPACE names.
+
+    The daemon is forked by the warm worker once its imports are done (a few seconds, once): a daemon started as a
+    new interpreter spent 2.6 s of CPU importing and loading what the worker has loaded already. Without a warm worker
+    (one that failed to start) the daemon starts as a new process, as it did before."""
     workspace = workspace or settings.dagster_workspace()
     pid = daemon_pid(paths)
     if pid is not None:
         return pid
     env = environment(paths)
+    argv = ["run", "-w", str(workspace)]
     log = open(paths.dagster_home / "daemon.log", "ab")  # noqa: SIM115 - handed to the children
     _stop_group(_worker_pid_file(paths))  # a worker left by a daemon that was killed
     worker = subprocess.Popen([sys.executable, "-m", "launcher.warm_worker"], cwd=PROJECT_ROOT, env=env,
                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     _worker_pid_file(paths).write_text(str(worker.pid))
-    proc = subprocess.Popen([sys.executable, "-m", "launcher.daemon", "run", "-w", str(workspace)], cwd=PROJECT_ROOT,
-                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    _pid_file(paths).write_text(str(proc.pid))
     deadline = time.monotonic() + WARM_WORKER_START_SEC
-    while time.monotonic() < deadline and worker_socket.ask(paths.dagster_home, {"op": "ping"}) is None:
-        if proc.poll() is not None or worker.poll() is not None:
-            break
+    while (ping := worker_socket.ask(paths.dagster_home, {"op": "ping"})) is None and worker.poll() is None \
+            and time.monotonic() < deadline:
         time.sleep(0.2)
-    if proc.poll() is not None:  # a config it cannot load, say: its warm worker would serve nobody
+    forked = worker_socket.ask(paths.dagster_home, {"op": "run_daemon", "argv": argv}) if ping else None
+    if forked and "pid" in forked:
+        pid = int(forked["pid"])
+    else:
+        pid = subprocess.Popen([sys.executable, "-m", "launcher.daemon", *argv], cwd=PROJECT_ROOT, env=env,
+                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True).pid
+    if not _loaded(paths, pid):  # a config it cannot load, say: its warm worker would serve nobody
         _stop_group(_worker_pid_file(paths))
         raise AmberError(f"The Dagster daemon stopped at once: see {paths.dagster_home / 'daemon.log'}.")
-    return proc.pid
+    return pid
+
+
+def _loaded(paths: AmberPaths, pid: int) -> bool:
+    """Whether the daemon ``pid`` has loaded its instance (`announce_daemon`), rather than stopped; one still loading
+    after DAEMON_LOAD_SEC is taken as started, and its pid written here."""
+    deadline = time.monotonic() + DAEMON_LOAD_SEC
+    while daemon_pid(paths) != pid:
+        if _running(pid) is None:
+            return False
+        if time.monotonic() > deadline:
+            _pid_file(paths).write_text(str(pid))
+            break
+        time.sleep(0.05)
+    return True
 
 
 def stop_daemon(paths: AmberPaths) -> bool:

@@ -10,10 +10,12 @@ waits on a Unix socket (`amber_pipeline.worker_socket`) and forks:
   ``resume_run``, for a run whose worker died, as `dagster api resume_run`);
 - ``{"op": "start_job", "job_id": ...}`` from whoever started a Job (the CLI,
   the API, `start_quote`): a child that makes the Job's cell runs
-  (`cell_runs.launch`: the sensor's requests, submitted at once).
+  (`cell_runs.launch`: the sensor's requests, submitted at once);
+- ``{"op": "run_daemon", "argv": [...]}`` from `embedded.start_daemon`, once:
+  the instance's Dagster daemon (`launcher.daemon`).
 
-Each child starts a session of its own, so stopping the daemon and this worker
-(one process group) lets the runs in progress finish. The worker itself opens
+Each child starts a session of its own, so stopping this worker (its process
+group) stops neither the daemon nor the runs in progress. The worker itself opens
 no database and starts no thread, so every fork starts clean; it answers only
 its own user, and replies with the child's pid without waiting for it.
 """
@@ -109,6 +111,14 @@ def start_job(job_id: str) -> None:
         cell_runs.launch(instance, Warehouse(AmberPaths.from_env()), job_id)
 
 
+def run_daemon(argv: list[str]) -> None:
+    """The instance's Dagster daemon (`launcher.daemon`), from what this process has imported: Dagster's, and the
+    code location's (which the daemon's code server, a new process, imports again)."""
+    from launcher import daemon
+
+    daemon.run(argv)
+
+
 def _fork(work: Callable[[], None], *sockets: socket.socket) -> int:
     pid = os.fork()
     if pid:
@@ -118,7 +128,8 @@ def _fork(work: Callable[[], None], *sockets: socket.socket) -> int:
         for s in sockets:
             s.close()
         os.setsid()  # not in the worker's process group: stopping the daemon does not stop this run
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as in a new process, not the worker's (serve)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         work()
         code = 0
     except SystemExit as exit_:
@@ -150,6 +161,8 @@ def _handle(conn: socket.socket, server: socket.socket) -> None:
         pid = _fork(lambda: resume_run(request["args"]), server, conn)
     elif op == "start_job":
         pid = _fork(lambda: start_job(str(request["job_id"])), server, conn)
+    elif op == "run_daemon":
+        pid = _fork(lambda: run_daemon([str(arg) for arg in request["argv"]]), server, conn)
     elif op == "ping":
         pid = os.getpid()
     else:

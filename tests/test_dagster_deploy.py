@@ -139,6 +139,26 @@ def test_a_daemon_that_cannot_load_its_instance_stops_with_one_sentence_and_leav
     assert not (paths.dagster_home / "warm-worker.pid").exists()
 
 
+def test_a_daemon_whose_warm_worker_cannot_start_starts_as_a_process_of_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warm worker forks the daemon; one that dies at its imports (here litellm's, broken on purpose) leaves
+    the daemon to start as a new interpreter, which runs until stopped."""
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "litellm.py").write_text("raise ImportError('litellm is broken on purpose')\n")
+    monkeypatch.setenv("PYTHONPATH", str(broken))
+    paths = AmberPaths(tmp_path / "amber")
+    try:
+        daemon = embedded.start_daemon(paths)
+        assert embedded.daemon_pid(paths) == daemon
+        assert b"launcher.daemon" in Path(f"/proc/{daemon}/cmdline").read_bytes()  # a new interpreter, not a fork
+        assert worker_socket.ask(paths.dagster_home, {"op": "ping"}) is None
+        assert "litellm is broken on purpose" in (paths.dagster_home / "daemon.log").read_text()
+    finally:
+        assert embedded.stop_daemon(paths)
+    assert embedded.daemon_pid(paths) is None
+
+
 # ---- servers: PostgreSQL, a code server, two embedded daemons ----------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -64,9 +64,12 @@ def test_runs_start_warm_survive_a_daemon_stop_and_resume_after_a_start(tmp_path
     funded(warehouse)
     bench = slow_bench(tmp_path, 6)
     bell = worker_socket.socket_path(paths.dagster_home, run_queue.BELL)
-    embedded.start_daemon(paths)
+    daemon = embedded.start_daemon(paths)
     monkeypatch.setenv("DAGSTER_HOME", str(paths.dagster_home))
     try:
+        # The daemon is a fork of the warm worker, which had Dagster and the code location imported already.
+        worker = int((paths.dagster_home / "warm-worker.pid").read_text())
+        assert Path(f"/proc/{daemon}/stat").read_text().rsplit(")", 1)[1].split()[1] == str(worker)
         # `start_daemon` waits WARM_WORKER_START_SEC for the worker's imports; on a busy machine they take longer
         wait_for("answer of the warm worker", lambda: worker_socket.ask(paths.dagster_home, {"op": "ping"}), 120)
         wait_for("the run queue's bell", bell.is_socket, 60)  # the daemon is Amber's (launcher.daemon)

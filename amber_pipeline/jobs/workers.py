@@ -36,6 +36,11 @@ def is_dead(worker: str | None) -> bool:
     return _started(int(pid)) != started
 
 
+def runs(pid: int) -> bool:
+    """True when a process of this host has this pid and has not finished (a zombie, not yet reaped, has)."""
+    return _started(pid) != ""
+
+
 def _started(pid: int) -> str:
     """The process's start time in clock ticks since boot ("" when there is no such process)."""
     try:
