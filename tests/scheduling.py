@@ -7,6 +7,11 @@ from __future__ import annotations
 
 import pytest
 
+# Session fixtures each worker would make for itself, whose making costs more than running their tests on one worker:
+# a second Docker engine (`engine2`), into which the 258 MB base image is copied from the machine's (8-16 s of both
+# engines' CPU, once on each of the four workers the tests of four modules spread over).
+SHARED_SESSION_FIXTURES = ("engine2",)
+
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups into the test ids it sends
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -17,11 +22,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     The tests of a module that share one of its module-scoped fixtures (an instance with its daemon, images
     built, a deployment) are one group, which `make test` (`--dist loadgroup`) gives to one worker: a fixture is
     made once per worker that runs a test of it, and a module's tests spread over three workers made it three
-    times."""
+    times. So are the tests, of any module, that use one of the SHARED_SESSION_FIXTURES, named after it."""
     items.sort(key=lambda item: (item.get_closest_marker("docker") is not None,
                                  item.get_closest_marker("slow") is None))
     for item in items:
-        if _shares_a_module_fixture(item):
+        shared = [name for name in SHARED_SESSION_FIXTURES if name in getattr(item, "fixturenames", ())]
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(shared[0]))
+        elif _shares_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
