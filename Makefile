@@ -16,11 +16,11 @@ WORKERS ?= $(shell echo $$(( $$(nproc) + 2 )))
 # all) are made in memory, on /dev/shm, where it has 8 GB free: on this machine's disk (ext4, mounted with discard) the
 # same files cost the kernel about a tenth of the suite's time. A passing test's folder is removed when it ends
 # (pyproject.toml: tmp_path_retention_policy), so what the suite holds there at once stays small.
+SUITE_TMP ?= $(shell [ "$$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 {print $$4}')" -gt 8000000 ] 2>/dev/null \
+                     && echo /dev/shm || echo /tmp)
 # Python writes bytecode even where the environment says not to (PYTHONDONTWRITEBYTECODE): without it, each worker's
 # collection rewrote the asserts of 378 modules (the tests', and those of the pytest plugins schemathesis, hypothesis
 # and anyio) at every run, 5 of its 11 CPU-seconds.
-SUITE_TMP ?= $(shell [ "$$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 {print $$4}')" -gt 8000000 ] 2>/dev/null \
-                     && echo /dev/shm || echo /tmp)
 test: setup
 	@start=$$(date +%s); \
 	PYTHONDONTWRITEBYTECODE= TMPDIR=$(SUITE_TMP) .venv/bin/python -m pytest -q -n $(WORKERS) --dist loadgroup; passed=$$?; \
