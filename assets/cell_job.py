@@ -16,13 +16,16 @@ from collections.abc import Collection, Mapping, Sequence
 import dagster as dg
 
 from amber_pipeline.errors import NotFound
-from amber_pipeline.jobs import cell_names, cell_run, records, stopping
+from amber_pipeline.jobs import cell_names, records, stopping
 from amber_pipeline.jobs.decisions import Stopping
 from amber_pipeline.warehouse.catalog import Warehouse
 from amber_pipeline.warehouse.schemas import TrialRecord
 from assets import metadata_tables
 from assets.resources import WarehouseResource
 
+# The cell run's code (Harbor, Docker, Arrow) is imported by the asset functions, not here: every code server loads
+# these definitions to list them, and never runs a cell (0.4 s of CPU at each start of one). The warm worker imports
+# it for its forks (`launcher.warm_worker.PRELOAD`).
 JOB_TAG = "amber/job"
 CELL_TAG = "amber/cell"
 
@@ -38,6 +41,8 @@ def trials(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> d
     job_id = context.run.tags.get(JOB_TAG)
     if not job_id:
         raise dg.Failure("This cell run names no Job: submit Jobs with `amber job submit` or the submit_job job.")
+    from amber_pipeline.jobs import cell_run  # imported where run: see the note over JOB_TAG
+
     wh = warehouse.get()
     records = cell_run.run_trials(wh, job_id, cell_names.key_of(wh, context.partition_key),
                                   on_trials_done=lambda done: context.log.info(trials_line(done)))
@@ -96,6 +101,8 @@ def cell_scores(context: dg.AssetExecutionContext, warehouse: WarehouseResource)
     and compares them, then marks the Job's cell done: its per-Task Rewards, its score beside its neighbours',
     and every comparison, its version's made again (recorded as a materialization of `comparisons`); for a Job
     that stops once decided, where its comparisons stand and what stopping saved."""
+    from amber_pipeline.jobs import cell_run  # imported where run: see the note over JOB_TAG
+
     wh = warehouse.get()
     key = cell_names.key_of(wh, context.partition_key)
     scores = cell_run.store_results(wh, key, context.run.tags.get(JOB_TAG))

@@ -13,8 +13,6 @@ ready before anyone asks.
 
 import dagster as dg
 
-from amber_pipeline.analysis import sources
-from amber_pipeline.scoring import store
 from assets import metadata_tables
 from assets.cell_job import CELL_AGGREGATES
 from assets.resources import WarehouseResource
@@ -26,6 +24,9 @@ def comparisons(context: dg.AssetExecutionContext, warehouse: WarehouseResource)
     Configurations compared by a paired bootstrap of the mean per-Task Reward difference over their shared
     Tasks; "too close to call" when its 95% interval contains zero. Also re-scores every cell from its stored
     Trials."""
+    from amber_pipeline.analysis import sources  # imported where run, as the cell run's code is (`cell_job.py`)
+    from amber_pipeline.scoring import store
+
     wh = warehouse.get()
     result = store.reaggregate(wh)
     evidence_files = sources.refresh(wh)

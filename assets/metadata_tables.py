@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import math
 import re
+from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from amber_pipeline.analysis import frontier, plots
+from amber_pipeline.analysis import frontier
 from amber_pipeline.analysis.render_report import render_stopping
 from amber_pipeline.jobs.decisions import Stopping
-from amber_pipeline.scoring import engine
 from amber_pipeline.warehouse.catalog import Warehouse
+
+if TYPE_CHECKING:  # the scores' type only: the engine (numpy, Arrow) is the cell run's, not every code server's
+    from amber_pipeline.scoring import engine
 
 CELL_COLUMNS = dg.TableSchema(columns=[
     dg.TableColumn("this", "bool", description="the cell this run scored"),
@@ -67,6 +70,8 @@ def decision(stopping: Stopping) -> dg.MarkdownMetadataValue:
 def version_plots(cells: list[engine.CellScore], names: dict[str, str]) -> str:
     """The forest plot of a Benchmark Version's cells and, when two or more have a Model Configuration, their
     cost-versus-score plot with its frontier; as inline Markdown images."""
+    from amber_pipeline.analysis import plots  # matplotlib: imported where drawn, not by every code server
+
     one_scope = len({c.scope for c in cells}) == 1
 
     def label(c: engine.CellScore) -> str:
@@ -106,6 +111,8 @@ def comparisons(wh: Warehouse) -> dict[str, dg.RawMetadataValue]:
         for w, v, a, b, x, d, lo, hi, n, close in rows], schema=COMPARISON_COLUMNS)
     metadata: dict[str, dg.RawMetadataValue] = {"comparisons": len(rows), "table": table}
     if rows:
+        from amber_pipeline.analysis import plots  # as in version_plots
+
         differences = [plots.Row(f"{v}: {b} - {x} ({a})", d, lo, hi) for _, v, a, b, x, d, lo, hi, _, _ in rows]
         metadata["plot"] = dg.MetadataValue.md(plots.markdown_image(
             lambda path: plots.forest([], differences, path, title="Paired differences in mean Reward"),

@@ -39,14 +39,17 @@ from pathlib import Path
 
 from launcher import migration_scripts
 
-# What a run or a launch imports, measured: Amber's definitions (Dagster, DuckDB, Arrow), Harbor's trial engine and
-# Agents, litellm (Terminus-2's client), and the Dagster machinery a run worker loads lazily (SQLite storage with
-# SQLAlchemy and Alembic, 0.6 s; the run command; the in-process code location), and pandas, which DuckDB imports
-# at a process's first query with parameters (0.3 s, in every run and every launch). Then what the instance loads
-# when a child first makes it and asks for its parts (each fork paid it, every run and every launch): the
-# instance's run coordinator and launcher (the coordinator imports dagster_graphql, 0.6 s), its compute log
-# manager, its state storage (upath and fsspec), and the code server module the in-process code location uses.
-PRELOAD = ("amber_pipeline.definitions", "harbor.trial.trial", "harbor.agents.factory", "litellm", "docker",
+# What a run or a launch imports, measured: Amber's definitions (Dagster, DuckDB); what their assets run, which the
+# definitions import only where it runs (the cell run, its scores and plots, the evidence of Trials: Arrow and
+# matplotlib); Harbor's trial engine and Agents, litellm (Terminus-2's client), and the Dagster machinery a run worker
+# loads lazily (SQLite storage with SQLAlchemy and Alembic, 0.6 s; the run command; the in-process code location),
+# and pandas, which DuckDB imports at a process's first query with parameters (0.3 s, in every run and every
+# launch). Then what the instance loads when a child first makes it and asks for its parts (each fork paid it, every
+# run and every launch): the instance's run coordinator and launcher (the coordinator imports dagster_graphql,
+# 0.6 s), its compute log manager, its state storage (upath and fsspec), and the code server module the in-process
+# code location uses.
+PRELOAD = ("amber_pipeline.definitions", "amber_pipeline.jobs.cell_run", "amber_pipeline.analysis.plots",
+           "amber_pipeline.analysis.sources", "harbor.trial.trial", "harbor.agents.factory", "litellm", "docker",
            "dagster._cli.api", "dagster._core.storage.sqlite_storage", "launcher.cell_runs", "pandas",
            "launcher.run_queue", "launcher.run_launcher", "dagster._core.instance.factory",
            "dagster._core.storage.local_compute_log_manager",

@@ -95,3 +95,15 @@ def test_every_operation_module_is_an_area() -> None:
     modules = {m.name for m in pkgutil.iter_modules(operations.__path__)} - {"operation", "areas"}
     assert modules == set(areas.AREAS)
     assert all(areas.find(name).name == name for name in areas.OPERATIONS)
+
+
+def test_the_code_location_loads_no_engine_of_a_run() -> None:
+    """Every code server Dagster starts (the daemon's, the UI's, a deployment's) loads Amber's definitions to list
+    its assets, jobs and sensors, and never runs one: what a run uses (Harbor, the Docker SDK, Arrow, matplotlib,
+    litellm) is imported where it runs, and a code server starts on Dagster's imports and its own."""
+    probe = ("import json, sys; import amber_pipeline.definitions as d; assert d.defs.resolve_all_job_defs(); "
+             "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    modules = set(json.loads(done.stdout.splitlines()[-1]))
+    assert "dagster" in modules
+    assert not modules & (set(HEAVY) - {"dagster"}), f"the code location loaded {sorted(modules & set(HEAVY))}"
