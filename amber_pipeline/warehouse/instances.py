@@ -37,6 +37,13 @@ _IDLE_KEPT = 4  # more idle of a kind than this are closed: a burst of threads d
 # it is closed after this many blocks, and a new one made (10 ms, once per so many).
 LENDS = 1000
 
+# The storage format a block that writes gives its file. DuckDB writes in the format of v1.0 unless told otherwise,
+# which stores each column's statistics (a HyperLogLog sketch) in an older layout that every opening converts: a
+# third of the CPU of opening the catalog, which Amber does for every short transaction. From v1.2 the sketch is
+# stored as DuckDB holds it. A file of the older format is rewritten in this one at its first write's checkpoint,
+# with everything in it; DuckDB 1.2 and later read it.
+STORAGE_VERSION = "v1.2.0"
+
 # Each kind's instances' config: a catalog block's on one thread (see above), a scratch block's as DuckDB makes them.
 _CONFIG: dict[str, dict[str, str | bool | int | float | list[str]]] = {FILE: {"threads": 1}, SCRATCH: {}}
 _idle: dict[str, list[tuple[duckdb.DuckDBPyConnection, int]]] = {FILE: [], SCRATCH: []}  # with their blocks so far
@@ -48,7 +55,7 @@ _forked_away: list[tuple[duckdb.DuckDBPyConnection, int]] = []  # a parent's, ne
 def attached(path: Path, *, read_only: bool) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection whose default database is the DuckDB file at ``path``, attached for the block. The block only
     runs statements: it registers no Python object and makes no temporary table (those would outlive it)."""
-    options = " (read_only)" if read_only else ""
+    options = " (read_only)" if read_only else f" (storage_version {sql.string(STORAGE_VERSION)})"
     with _lent(f"attach {sql.string(path)} as {FILE}{options}", FILE, temporaries=False) as con:
         yield con
 
