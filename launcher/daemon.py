@@ -26,6 +26,7 @@ from dagster._daemon.daemon import DagsterDaemon
 
 from amber_pipeline import embedded
 from amber_pipeline.paths import AmberPaths
+from launcher import code_servers
 from launcher.run_queue import PromptQueueDaemon, PromptRunCoordinator
 
 _dagsters_daemon_of_type = controller.create_daemon_of_type
@@ -46,8 +47,10 @@ def daemon_of_type(daemon_type: str, instance: DagsterInstance) -> DagsterDaemon
 
 
 def run(argv: list[str]) -> None:
-    """`dagster-daemon ARGV` in this process, with Amber's run queue daemon."""
+    """`dagster-daemon ARGV` in this process, with Amber's run queue daemon, and its code server forked by the warm
+    worker when one answers (`launcher.code_servers`)."""
     controller.create_daemon_of_type = daemon_of_type  # read by create_daemons_from_instance at each call
+    code_servers.install(AmberPaths.from_env().dagster_home)
     cli(args=argv, prog_name="dagster-daemon", obj={})
 
 

@@ -12,7 +12,10 @@ waits on a Unix socket (`amber_pipeline.worker_socket`) and forks:
   the API, `start_quote`): a child that makes the Job's cell runs
   (`cell_runs.launch`: the sensor's requests, submitted at once);
 - ``{"op": "run_daemon", "argv": [...]}`` from `embedded.start_daemon`, once:
-  the instance's Dagster daemon (`launcher.daemon`).
+  the instance's Dagster daemon (`launcher.daemon`);
+- ``{"op": "code_server", "argv": [...], ...}`` from the daemon and the Dagster
+  UI: the code server Dagster would start as `dagster api grpc`, which ends
+  with the process that asked for it (`launcher.code_servers`).
 
 Each child starts a session of its own, so stopping this worker (its process
 group) stops neither the daemon nor the runs in progress. The worker itself opens
@@ -122,6 +125,14 @@ def run_daemon(argv: list[str]) -> None:
     daemon.run(argv)
 
 
+def code_server(argv: list[str], env: dict[str, str], cwd: str, owner: int) -> None:
+    """The code server Dagster asked for in process ``owner`` (the daemon, a Dagster UI), from what this process has
+    imported (`launcher.code_servers`)."""
+    from launcher import code_servers
+
+    code_servers.serve(argv, env, cwd, owner)
+
+
 def _fork(work: Callable[[], None], *sockets: socket.socket) -> int:
     pid = os.fork()
     if pid:
@@ -166,6 +177,10 @@ def _handle(conn: socket.socket, server: socket.socket) -> None:
         pid = _fork(lambda: start_job(str(request["job_id"])), server, conn)
     elif op == "run_daemon":
         pid = _fork(lambda: run_daemon([str(arg) for arg in request["argv"]]), server, conn)
+    elif op == "code_server":
+        pid = _fork(lambda: code_server([str(arg) for arg in request["argv"]],
+                                        {str(k): str(v) for k, v in request["env"].items()}, str(request["cwd"]),
+                                        int(request["owner"])), server, conn)
     elif op == "ping":
         pid = os.getpid()
     else:

@@ -81,7 +81,10 @@ class DagsterApps:
         from dagster._core.workspace.context import WEBSERVER_GRPC_SERVER_HEARTBEAT_TTL
         from dagster._grpc.constants import GrpcServerCommand
 
+        from launcher import code_servers
+
         _export_environment(self.paths)
+        code_servers.install(self.paths.dagster_home)  # forked by the daemon's warm worker, when it answers
         instance = self._stack.enter_context(DagsterInstance.from_config(str(self.paths.dagster_home)))
         instance.optimize_for_webserver(DB_STATEMENT_TIMEOUT_MS, DB_POOL_RECYCLE_S, DB_POOL_MAX_OVERFLOW)
         # Waiting for the code server on close, unlike the webserver's default: a server that stops leaves no

@@ -181,3 +181,17 @@ def stored_contents(home: Path) -> Iterator[tuple[Path, str, bytes]]:
                 for schema, table in tables:
                     values = con.execute(f'select * from "{schema}"."{table}"').fetchall()
                     yield path, "duckdb", json.dumps(values, default=str).encode()
+
+
+def children(pid: int) -> dict[int, tuple[bytes, bytes]]:
+    """The running children of process ``pid``, each with its name (/proc/PID/comm) and command line."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            if entry.name.isdigit() and fields[1] == str(pid) and fields[0] != "Z":
+                found[int(entry.name)] = ((entry / "comm").read_bytes().strip(),
+                                          (entry / "cmdline").read_bytes().replace(b"\0", b" "))
+        except OSError:
+            continue
+    return found

@@ -39,6 +39,7 @@ from amber_pipeline.money import wallet
 from amber_pipeline.operations.areas import OPERATIONS
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.warehouse.catalog import Warehouse
+from launcher import code_servers
 
 STATIC = PROJECT_ROOT / "examples" / "static-bench"
 MISSING = {"workspace": "nowhere", "job_id": "job-0123456789", "quote_id": "quote-0123456789",
@@ -417,7 +418,8 @@ def test_a_second_user_uses_amber_only_through_the_api(tmp_path: Path, amber_hom
 def test_amber_serve_stops_with_everything_it_started(amber_home: Path, stop: str) -> None:
     """Stopped as a service manager stops it (SIGTERM to it) or at its terminal (Ctrl-C: SIGINT to its process
     group), `amber serve` has stopped every process it started by the time it exits: the daemon, the warm worker,
-    the API and the code server its Dagster UI started (which otherwise lives until its heartbeat runs out)."""
+    the API, and the code servers of the daemon and of its Dagster UI, which the warm worker forked (which would
+    otherwise live until their heartbeat runs out)."""
     host = {**os.environ, "AMBER_HOME": str(amber_home)}
     assert amber_process("user", "add", "stella", "--staff", env=host).returncode == 0
     token = amber_process("token", "create", "--for", "stella", env=host).stdout.splitlines()[0]
@@ -427,7 +429,7 @@ def test_amber_serve_stops_with_everything_it_started(amber_home: Path, stop: st
                            headers={"Authorization": f"Bearer {token}"})
         assert shown.status_code == 200, shown.text
         started = descendants(server.pid)
-        assert any(b"dagster" in command and b"grpc" in command for command in started.values()), started
+        assert sum(name(pid) == code_servers.NAME for pid in started) == 2, started  # the daemon's and the UI's
         if stop == "SIGTERM":
             os.kill(server.pid, signal.SIGTERM)
         else:
@@ -458,6 +460,14 @@ def descendants(root: int) -> dict[int, bytes]:
         with contextlib.suppress(OSError):
             commands[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
     return commands
+
+
+def name(pid: int) -> bytes:
+    """The process's name (/proc/PID/comm); b"" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_bytes().strip()
+    except OSError:
+        return b""
 
 
 def running(pid: int) -> bool:

@@ -29,7 +29,7 @@ import docker
 import httpx
 import pytest
 import yaml
-from helpers import costs_and_charges, funded, request, stop_group, submit
+from helpers import children, costs_and_charges, funded, request, stop_group, submit
 from servers import dockerd, postgres, s3
 from servers.ports import free_port
 
@@ -141,8 +141,8 @@ def test_a_daemon_that_cannot_load_its_instance_stops_with_one_sentence_and_leav
 
 def test_a_daemon_whose_warm_worker_cannot_start_starts_as_a_process_of_its_own(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The warm worker forks the daemon; one that dies at its imports (here litellm's, broken on purpose) leaves
-    the daemon to start as a new interpreter, which runs until stopped."""
+    """The warm worker forks the daemon and its code server; one that dies at its imports (here litellm's, broken on
+    purpose) leaves both to start as new interpreters, which run until stopped."""
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "litellm.py").write_text("raise ImportError('litellm is broken on purpose')\n")
@@ -154,6 +154,8 @@ def test_a_daemon_whose_warm_worker_cannot_start_starts_as_a_process_of_its_own(
         assert b"launcher.daemon" in Path(f"/proc/{daemon}/cmdline").read_bytes()  # a new interpreter, not a fork
         assert worker_socket.ask(paths.dagster_home, {"op": "ping"}) is None
         assert "litellm is broken on purpose" in (paths.dagster_home / "daemon.log").read_text()
+        wait_for("the daemon's code server", lambda: [cmd for _, cmd in children(daemon).values()
+                                                      if b"-m dagster api grpc" in cmd], 60)
     finally:
         assert embedded.stop_daemon(paths)
     assert embedded.daemon_pid(paths) is None

@@ -18,17 +18,17 @@ from pathlib import Path
 import dagster as dg
 import httpx
 import pytest
-from helpers import free_port, funded, submit
+from helpers import children, free_port, funded, submit
 
 from amber_pipeline import embedded, worker_socket
 from amber_pipeline.accounts.identity import local_user
 from amber_pipeline.cli.client import tls
-from amber_pipeline.jobs import lifecycle, records
+from amber_pipeline.jobs import lifecycle, records, workers
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.operations.jobs import launch
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.warehouse.catalog import Warehouse
-from launcher import run_queue
+from launcher import code_servers, run_queue
 
 pytestmark = [pytest.mark.docker, pytest.mark.dagster_ui]
 
@@ -73,6 +73,9 @@ def test_runs_start_warm_survive_a_daemon_stop_and_resume_after_a_start(tmp_path
         # `start_daemon` waits WARM_WORKER_START_SEC for the worker's imports; on a busy machine they take longer
         wait_for("answer of the warm worker", lambda: worker_socket.ask(paths.dagster_home, {"op": "ping"}), 120)
         wait_for("the run queue's bell", bell.is_socket, 60)  # the daemon is Amber's (launcher.daemon)
+        # Its code server is the warm worker's fork too (`launcher.code_servers`), not a new interpreter.
+        [server] = wait_for("the daemon's code server", lambda: [pid for pid, (name, _) in children(worker).items()
+                                                                 if name == code_servers.NAME], 60)
         _, running = lifecycle.submit(warehouse, "default", local_user(),  # room for the slow solution's time
                                       JobRequest(benchmark=str(bench), agent="oracle", ceiling_usd=1.0))
         launch(warehouse, running.id)
@@ -83,8 +86,10 @@ def test_runs_start_warm_survive_a_daemon_stop_and_resume_after_a_start(tmp_path
             assert run.tags["amber/worker_pid"].isdigit()
             assert any("forked by the warm worker" in (e.message or "")
                        for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT))
-        # Stop the daemon while the Trial runs: the run is a process of its own and finishes.
+        # Stop the daemon while the Trial runs: the run is a process of its own and finishes. The code server ends
+        # with the daemon.
         assert embedded.stop_daemon(paths)
+        wait_for("the code server gone with its daemon", lambda: not workers.runs(server), 10)
         queued = submit(warehouse, str(bench), "nop", [], 1)  # started while no daemon runs
         launch(warehouse, queued.id)  # no warm worker answers: it waits for a daemon
         done = wait_for("the running Job to end", lambda: records.get_job(warehouse, running.id, None).ended, 90)
