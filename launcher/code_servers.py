@@ -47,10 +47,11 @@ class ForkedProcess:
         self.pid = pid
         self.args = list(args)
         self.returncode: int | None = None
-        self._identity = workers.of_process(pid)  # its start time too: a pid is reused once its process is gone
+        identity = workers.of_process(pid)  # its start time too: a pid is reused once its process is gone
+        self._identity = identity if workers.runs(pid) else None  # None: it ended before it was seen
 
     def poll(self) -> int | None:
-        if self.returncode is None and workers.is_dead(self._identity):
+        if self.returncode is None and (self._identity is None or workers.is_dead(self._identity)):
             self.returncode = ENDED
         return self.returncode
 
