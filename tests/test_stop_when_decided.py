@@ -290,7 +290,7 @@ DEMO_SEED = 1  # an order whose last Task (csv-region-totals) both replays fail:
 
 
 @pytest.mark.docker
-@pytest.mark.slow
+@pytest.mark.slow(120)  # two Jobs, 86 sandboxes: the suite's longest test
 def test_the_demo_job_stops_early_and_agrees_with_the_full_job(warehouse: Warehouse) -> None:
     """terminus-2 in sandboxes, replay-strong against replay-weak on the demo's 8 Tasks, 5 Trials per Task.
 

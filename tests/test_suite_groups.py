@@ -1,7 +1,8 @@
 """The suite's own scheduling: under `make test` (pytest-xdist, `--dist loadgroup`), the tests of a module that
 share one of its module-scoped fixtures run on one worker, so the fixture (a deployment, an instance with its
 daemon, images built) is made once, not once per worker (`tests/scheduling.py`); and so do the tests of any module
-that use a session fixture too costly to make on every worker (a second Docker engine).
+that use a session fixture too costly to make on every worker (a second Docker engine). Tests that need no Docker
+run first, and the longest first within each part.
 
 Nothing else would notice if that stopped: the tests pass either way, only slower. It did stop once, silently:
 pytest-xdist 3.8 names a test's group through `Item._nodeid`, which pytest 9 no longer reads (pyproject.toml
@@ -12,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -105,3 +107,51 @@ def test_the_tests_of_two_modules_that_use_a_shared_session_fixture_run_on_one_w
     assert len([line for line in lines if line.startswith("engine ")]) == 8
     assert len({line.split()[1] for line in lines if line.startswith("engine ")}) == 1, lines
     assert lines.count("made engine") == 1, lines
+
+
+ORDER_PROBE = '''
+import pytest
+
+
+def test_quick():
+    pass
+
+
+@pytest.mark.docker
+def test_docker_quick():
+    pass
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_docker_slow():
+    pass
+
+
+@pytest.mark.slow
+def test_slow():
+    pass
+
+
+@pytest.mark.docker
+@pytest.mark.slow(120)
+def test_docker_longest():
+    pass
+
+
+@pytest.mark.slow(90)
+def test_longest():
+    pass
+'''
+
+
+def test_tests_without_docker_come_first_and_the_longest_first_in_each_part(tmp_path: Path) -> None:
+    (tmp_path / "test_order.py").write_text(ORDER_PROBE)
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT / "tests")}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "scheduling", "-p",
+                          "no:cacheprovider", "--rootdir", str(tmp_path), "test_order.py"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    order = [line.split("::")[1] for line in run.stdout.splitlines() if "::" in line]
+    assert order == ["test_longest", "test_slow", "test_quick",
+                     "test_docker_longest", "test_docker_slow", "test_docker_quick"], run.stdout
