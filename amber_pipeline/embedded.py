@@ -180,8 +180,9 @@ def _stop_group(pid_file: Path) -> None:
 
 def _end_group(leader: int, ended: Callable[[], bool]) -> None:
     """Stop the process group of a process started in a session of its own: SIGTERM to all of it, then, once
-    the leader has ended (or after STOP_GRACE_S, by force), SIGKILL to whatever of it is left. A process Dagster
-    starts (a code server) is in its parent's group and outlives it otherwise, until its heartbeat runs out."""
+    the leader has ended (or after STOP_GRACE_S, by force), SIGKILL to whatever of it is left. A code server Dagster
+    starts as a new interpreter is in its parent's group and outlives it otherwise, until its heartbeat runs out (one
+    the warm worker forked ends with the process that asked for it: `launcher.code_servers`)."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(leader, signal.SIGTERM)
     deadline = time.monotonic() + STOP_GRACE_S

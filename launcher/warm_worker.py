@@ -119,7 +119,7 @@ def start_job(job_id: str) -> None:
 
 def run_daemon(argv: list[str]) -> None:
     """The instance's Dagster daemon (`launcher.daemon`), from what this process has imported: Dagster's, and the
-    code location's (which the daemon's code server, a new process, imports again)."""
+    code location's (which its code server, forked here too, serves)."""
     from launcher import daemon
 
     daemon.run(argv)
