@@ -4,6 +4,7 @@ process that asked for them, are in test_warm_start.py and test_api.py (`amber s
 
 from __future__ import annotations
 
+import signal
 import subprocess
 
 import pytest
@@ -17,10 +18,10 @@ def test_a_forked_process_answers_as_its_popen_would() -> None:
         assert server.poll() is None and server.returncode is None
         with pytest.raises(subprocess.TimeoutExpired):
             server.wait(timeout=0.2)
-        server.terminate()
+        server.kill()
         assert server.wait(timeout=10) == ENDED and server.poll() == ENDED
-        server.kill()  # once it ended, signals go nowhere (its pid may be another process's by then)
-        assert sleeper.wait(timeout=10) == -15
+        server.terminate()  # once it ended, signals go nowhere (its pid may be another process's by then)
+        assert sleeper.wait(timeout=10) == -signal.SIGKILL
 
 
 def test_a_process_that_ended_before_it_was_seen_reads_as_ended() -> None:
