@@ -233,8 +233,10 @@ def engines_of_trials(wh: Warehouse, launch: CellLaunch) -> Counter:
 
 
 def leftovers(client: docker.DockerClient, home: Path) -> list[str]:
+    """This home's sandboxes still on an engine; other tests' sandboxes may go between the list and its inspect."""
     prefix = f"{home.resolve()}/"
-    return [c.name for c in client.containers.list(all=True, filters={"label": sandbox.TRIAL_DIR_LABEL})
+    return [c.name for c in client.containers.list(all=True, filters={"label": sandbox.TRIAL_DIR_LABEL},
+                                                   ignore_removed=True)
             if c.labels[sandbox.TRIAL_DIR_LABEL].startswith(prefix)]
 
 

@@ -252,7 +252,7 @@ class Watch(threading.Thread):
         return next(iter(self.seen[engine].values()))
 
     def containers_now(self, engine: str) -> list:
-        return self.clients[engine].containers.list(all=True, filters={"label": self.label})
+        return self.clients[engine].containers.list(all=True, filters={"label": self.label}, ignore_removed=True)
 
 
 @pytest.mark.docker
