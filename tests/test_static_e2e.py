@@ -148,6 +148,7 @@ import gc, json, os, sys, time
 from launcher import warm_worker
 warm_worker.preload()
 frozen = gc.get_freeze_count() > 10 * len(gc.get_objects())
+collects = gc.isenabled()
 before = set(sys.modules)
 import dagster as dg
 from alembic.script import ScriptDirectory
@@ -166,7 +167,7 @@ with dg.DagsterInstance.get() as instance:
                                       timestamp=time.time()))
     with storage.run_connection("run-1") as conn:
         revision, head = check_alembic_revision(config, conn)
-    print(json.dumps({"imported": imported, "shared": shared, "frozen": frozen,
+    print(json.dumps({"imported": imported, "shared": shared, "frozen": frozen, "collects": collects,
                       "stamped": revision == head is not None,
                       "logs": [e.user_message for e in storage.get_logs_for_run("run-1")]}))
 """
@@ -215,7 +216,7 @@ def test_a_fork_of_the_warm_worker_imports_nothing_more_and_reads_no_migration_s
     on its own, half a second each time, and to read Dagster's migration scripts for each SQLite file it opened;
     a run's new file is still made and stamped at the head revision. What the worker imported is frozen out of
     the garbage collector's sight, so a fork's collections walk what it made (a full one walked 700,000 objects
-    more, a third of a second)."""
+    more, a third of a second); the collector, off while the worker imported them, is on again for its forks."""
     from amber_pipeline import embedded
 
     paths = AmberPaths(tmp_path / "amber")
@@ -225,4 +226,4 @@ def test_a_fork_of_the_warm_worker_imports_nothing_more_and_reads_no_migration_s
                           env={**os.environ, **env}, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"imported": [], "shared": True, "frozen": True,
-                                                                 "stamped": True, "logs": ["hello"]}
+                                                                 "collects": True, "stamped": True, "logs": ["hello"]}
