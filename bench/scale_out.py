@@ -63,6 +63,7 @@ from amber_pipeline.jobs.records import CellLaunch
 from amber_pipeline.jobs.request import JobRequest
 from amber_pipeline.money import wallet
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
+from amber_pipeline.sandbox import container
 from amber_pipeline.sandbox import environment as sandbox
 from amber_pipeline.warehouse.catalog import Warehouse
 
@@ -233,11 +234,7 @@ def engines_of_trials(wh: Warehouse, launch: CellLaunch) -> Counter:
 
 
 def leftovers(client: docker.DockerClient, home: Path) -> list[str]:
-    """This home's sandboxes still on an engine; other tests' sandboxes may go between the list and its inspect."""
-    prefix = f"{home.resolve()}/"
-    return [c.name for c in client.containers.list(all=True, filters={"label": sandbox.TRIAL_DIR_LABEL},
-                                                   ignore_removed=True)
-            if c.labels[sandbox.TRIAL_DIR_LABEL].startswith(prefix)]
+    return [c.name for found in container.sandboxes_on(client, home).values() for c in found]
 
 
 def nop_trials(label: str, toml: str, slots: dict[str, int], benches: list[Path], args: argparse.Namespace,

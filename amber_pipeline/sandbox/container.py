@@ -125,9 +125,14 @@ def _limits(config: EnvironmentConfig) -> dict:
 def sandboxes_under(folder: Path, engine: engines.Engine | None = None) -> dict[str, list]:
     """The sandboxes of Trials whose folders lie under ``folder`` (a cell's run folder, or every run's), by
     their Trial folder relative to it, on ``engine`` (None: DOCKER_HOST or the local socket)."""
+    return sandboxes_on(docker_engine.connect(engine), folder)
+
+
+def sandboxes_on(client: docker.DockerClient, folder: Path) -> dict[str, list]:
+    """`sandboxes_under`, on the engine of a client already made. A sandbox removed between Docker's list and its
+    inspect (another run's, swept meanwhile) is not counted."""
     prefix = f"{folder.resolve()}/"
     found: dict[str, list] = {}
-    client = docker_engine.connect(engine)
     for container in client.containers.list(all=True, filters={"label": TRIAL_DIR_LABEL}, ignore_removed=True):
         trial_dir = container.labels.get(TRIAL_DIR_LABEL, "")
         if trial_dir.startswith(prefix):
