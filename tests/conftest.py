@@ -79,6 +79,7 @@ def engine2(primary: docker.DockerClient) -> Iterator[dockerd.Dockerd]:
     before = dockerd.primary_pid(), dockerd.PRIMARY_BRIDGE.exists()
     with dockerd.running() as engine:
         assert dockerd.PRIMARY_BRIDGE.exists() == before[1], "starting engine 2 took the primary's docker0 away"
+        assert dockerd.go_settings(engine.pid()) == dockerd.go_settings(dockerd.primary_pid())
         loaded_in = engine.load_image(dockerd.BASE_IMAGE, primary)
         print(f"engine 2 answered in {engine.started_in:.2f} s; {dockerd.BASE_IMAGE} loaded in {loaded_in:.1f} s")
         yield engine

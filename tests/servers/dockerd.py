@@ -99,6 +99,18 @@ def primary_pid() -> int | None:
     return _read_pid(PRIMARY["pidfile"])
 
 
+def go_settings(pid: int | None) -> dict[str, str]:
+    """The Go runtime's settings a dockerd runs with. A second engine is given the machine's own engine's
+    (`scripts/setup.sh` starts that one with GOGC), so that it spends what the first does on each copy and
+    container."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if pid else []
+    except OSError:
+        return {}
+    pairs = (entry.decode(errors="replace").partition("=") for entry in environ)
+    return {key: value for key, _, value in pairs if key in ("GOGC", "GOMEMLIMIT")}
+
+
 @dataclass
 class Dockerd:
     folder: Path
@@ -192,7 +204,7 @@ class Dockerd:
         started = time.monotonic()
         with (self.folder / "dockerd.log").open("ab") as log:
             self._process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                             start_new_session=True)
+                                             start_new_session=True, env={**os.environ, **go_settings(primary_pid())})
         deadline = started + READY_TIMEOUT_SEC
         while not self._answers():
             if self._process.poll() is not None or time.monotonic() > deadline:
