@@ -48,10 +48,10 @@ if ! docker_answers; then
     say "starting dockerd"
     # GOGC=400: dockerd runs its own binary again for every copy into a container (docker-untar) or out of one
     # (docker-tar) and for every container's network (set-ipv6), a few times per Trial, and its containerd, shims
-    # and runc inherit the setting. At Go's default (100), half of each such start's CPU went to collecting
-    # garbage while its packages initialize: a copy in and out took 100 ms of the machine's CPU, 54 with 400
-    # (200 saved nothing). dockerd's own heap may grow to 5x its live data instead of 2x (after the same 300
-    # copies, 125 MB resident instead of 94).
+    # and runc inherit the setting. Each start initializes all of dockerd's packages, and at Go's default (100)
+    # collects garbage as it goes: a copy in and out took 100 ms of the machine's CPU, 54 with 400 (200 saved
+    # nothing). dockerd's own heap may grow to 5x its live data instead of 2x (after the same 300 copies, 125 MB
+    # resident instead of 94).
     GOGC=400 nohup dockerd >/var/log/amber-dockerd.log 2>&1 &
     for _ in $(seq 1 60); do docker_answers && break; sleep 0.5; done
     docker_answers || die "dockerd did not start: see /var/log/amber-dockerd.log."
