@@ -31,17 +31,6 @@ def pytest_collection_finish() -> None:
     gc.freeze()
 
 
-@pytest.hookimpl(trylast=True)  # after the runner's own, which tears down the module's fixtures
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    """What a module's tests imported or kept for the rest of the session (Harbor, matplotlib, Dagster's
-    definitions, module caches) is frozen as the collection's is, once the module is done and its fixtures are
-    gone: each full collection walked it all again (0.23 s each). In the tests that need no Docker, a worker's
-    collections took 3.4-4.8 CPU-seconds, and 1.7-2.8 with this."""
-    if nextitem is None or nextitem.path != item.path:
-        gc.collect()
-        gc.freeze()
-
-
 def pytest_configure() -> None:
     """The CLI's tables are as wide as COLUMNS says, else 120 columns when piped: xdist's workers start with
     COLUMNS=80, so it is dropped, and every test sees the width of a piped run, as one that sets its own does."""
