@@ -610,3 +610,58 @@ def test_remove_takes_the_network_and_its_guard_away(docker_client):
     assert not [n for n in docker_client.networks.list(names=[network.name]) if n.name == network.name]
     print(f"create {created:.3f} s, remove {removed:.3f} s")
     assert created < 5 and removed < 5
+
+
+def _guard_rules() -> str:
+    import subprocess
+
+    return subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.docker
+def test_a_guard_removed_meanwhile_by_a_sweep_is_not_an_error(docker_client, monkeypatch):
+    """A network's owner and a sweep of left guards (another run's recovery) may remove the same guard at once:
+    the owner finds the chain gone between its steps, and its cell run must not fail for it (CI saw it once)."""
+    from amber_pipeline.sandbox import network as network_module
+
+    network = network_module.SandboxNetwork.create(f"{RUN_ID}-swept", labels={TEST_LABEL: RUN_ID},
+                                                   client=docker_client)
+    real_run = network_module._run
+
+    def sweep_first(*args: str):
+        if args[-2:] == ("-F", network.chain):  # the sweep takes the chain just before the owner flushes it
+            for step in ("-F", "-X"):
+                assert real_run(args[0], "-w", step, network.chain).returncode == 0
+        return real_run(*args)
+
+    monkeypatch.setattr(network_module, "_run", sweep_first)
+    network.remove()
+    assert network.chain not in _guard_rules()
+
+
+@pytest.mark.docker
+def test_a_sweep_keeps_the_guard_of_a_network_made_while_it_looks(docker_client):
+    """A sweep removes the guards whose network is gone; a network made while it looks (another cell run
+    starting) keeps its guard, or that run's sandboxes would reach every service of the host."""
+    from types import SimpleNamespace
+
+    from amber_pipeline.sandbox.network import SandboxNetwork, remove_sandbox_networks
+
+    made: list[SandboxNetwork] = []
+
+    def list_then_make(**kwargs):
+        listed = docker_client.networks.list(**kwargs)
+        if not kwargs and not made:  # the sweep's list of every network: another run makes one right after it
+            made.append(SandboxNetwork.create(f"{RUN_ID}-meanwhile", labels={TEST_LABEL: RUN_ID},
+                                              client=docker_client))
+        return listed
+
+    sweeping_client = SimpleNamespace(networks=SimpleNamespace(list=list_then_make))
+    try:
+        remove_sandbox_networks({TEST_LABEL: f"none-{RUN_ID}"}, client=sweeping_client)  # type: ignore[arg-type]
+        assert made, "the sweep did not list the engine's networks"
+        assert f"-A INPUT -i {made[0].bridge} -j {made[0].chain}" in _guard_rules()
+        assert f"-A {made[0].chain} -j REJECT" in _guard_rules()
+    finally:
+        for network in made:
+            network.remove()

@@ -46,6 +46,7 @@ import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NoReturn
 
 import docker
 from docker.errors import APIError, NotFound
@@ -245,11 +246,15 @@ def remove_sandbox_networks(labels: Mapping[str, str] | None = None,
             network.reload()
             SandboxNetwork(network, client).remove()
             removed.append(network.name)
+    # The guards first, the networks after: a network is made before its guard, so a guard read here whose
+    # network is missing from the later list lost its network. Listed the other way round, a network made
+    # between the two reads would have its guard removed while its sandboxes run.
+    chains = [words[1] for words in map(str.split, _iptables_text("-S"))
+              if words[:1] == ["-N"] and words[1].startswith(_CHAIN_PREFIX)]
     live = {n.id[:12] for n in client.networks.list()}
-    for line in _iptables_text("-S"):
-        words = line.split()
-        if words[:1] == ["-N"] and words[1].startswith(_CHAIN_PREFIX) and words[1][len(_CHAIN_PREFIX):] not in live:
-            _remove_guard(words[1], None)
+    for chain in chains:
+        if chain[len(_CHAIN_PREFIX):] not in live:
+            _remove_guard(chain, None)
     return removed
 
 
@@ -285,9 +290,13 @@ def _iptables_ok(*args: str) -> bool:
 def _iptables(*args: str) -> str:
     done = _run(_tool("iptables"), "-w", *args)
     if done.returncode != 0:
-        raise AmberError(f"iptables {' '.join(args)} failed ({done.stderr.strip()}): Amber must run as root on "
-                         "the Docker host to guard the host from sandboxes.")
+        _iptables_failed(args, done)
     return done.stdout
+
+
+def _iptables_failed(args: tuple[str, ...], done: subprocess.CompletedProcess) -> NoReturn:
+    raise AmberError(f"iptables {' '.join(args)} failed ({done.stderr.strip()}): Amber must run as root on "
+                     "the Docker host to guard the host from sandboxes.")
 
 
 def _iptables_text(*args: str) -> list[str]:
@@ -300,9 +309,14 @@ def _remove_guard(chain: str, bridge: str | None) -> None:
         words = line.split()
         if words[:2] == ["-A", "INPUT"] and words[-2:] == ["-j", chain] and (bridge is None or bridge in words):
             _run(_tool("iptables"), "-w", "-D", *words[1:])
-    if _iptables_ok("-S", chain):
-        _iptables("-F", chain)
-        _iptables("-X", chain)
+    # A network's owner and a sweep of left guards may remove the same guard at once: a chain gone between
+    # the steps is removed, not an error.
+    for step in ("-F", "-X"):
+        done = _run(_tool("iptables"), "-w", step, chain)
+        if done.returncode != 0:
+            if not _iptables_ok("-S", chain):
+                return
+            _iptables_failed((step, chain), done)
 
 
 def _disable_ipv6(bridge: str) -> None:
