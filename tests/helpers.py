@@ -183,6 +183,14 @@ def stored_contents(home: Path) -> Iterator[tuple[Path, str, bytes]]:
                     yield path, "duckdb", json.dumps(values, default=str).encode()
 
 
+def trial_sandboxes(client, folder: Path) -> list:
+    """The sandboxes, running or not, of the Trials under ``folder`` (a Job's or a cell's run folder, or every
+    run's) on the engine of ``client``."""
+    from amber_pipeline.sandbox.container import sandboxes_on  # deferred: the Docker SDK
+
+    return [c for found in sandboxes_on(client, folder).values() for c in found]
+
+
 def children(pid: int) -> dict[int, tuple[bytes, bytes]]:
     """The running children of process ``pid``, each with its name (/proc/PID/comm) and command line."""
     found = {}

@@ -29,14 +29,13 @@ from pathlib import Path
 import dagster as dg
 import docker
 import pytest
-from helpers import cli, costs_and_charges, funded, request, submit
+from helpers import cli, costs_and_charges, funded, request, submit, trial_sandboxes
 from servers import dockerd
 
 from amber_pipeline import failpoints
 from amber_pipeline.accounts.identity import local_user
 from amber_pipeline.jobs import lifecycle, records, recovery
 from amber_pipeline.paths import PROJECT_ROOT
-from amber_pipeline.sandbox.container import TRIAL_DIR_LABEL
 from amber_pipeline.warehouse.catalog import Warehouse
 from assets.cell_job import CELL_TAG, JOB_TAG
 from assets.resources import WarehouseResource
@@ -78,10 +77,7 @@ def start_cell_run(wh: Warehouse, job_id: str, cell_key: str, point: str | None,
 
 
 def sandboxes_of(wh: Warehouse, job_id: str) -> list:
-    prefix = f"{(wh.paths.runs / job_id).resolve()}/"
-    client = docker.from_env()
-    return [c for c in client.containers.list(all=True, filters={"label": TRIAL_DIR_LABEL}, ignore_removed=True)
-            if c.labels.get(TRIAL_DIR_LABEL, "").startswith(prefix)]
+    return trial_sandboxes(docker.from_env(), wh.paths.runs / job_id)
 
 
 def wait_for(condition, timeout: float, what: str) -> None:

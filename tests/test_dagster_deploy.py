@@ -29,7 +29,7 @@ import docker
 import httpx
 import pytest
 import yaml
-from helpers import children, costs_and_charges, funded, request, stop_group, submit
+from helpers import children, costs_and_charges, funded, request, stop_group, submit, trial_sandboxes
 from servers import dockerd, postgres, s3
 from servers.ports import free_port
 
@@ -41,7 +41,6 @@ from amber_pipeline.jobs import lifecycle, records
 from amber_pipeline.operations.jobs import launch
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
 from amber_pipeline.sandbox import docker_engine, engines
-from amber_pipeline.sandbox.container import TRIAL_DIR_LABEL
 from amber_pipeline.warehouse.catalog import Warehouse
 from assets.cell_job import JOB_TAG
 from launcher import deploy_files
@@ -294,12 +293,8 @@ def rewards(wh: Warehouse, job_id: str) -> dict[tuple[str, str, str], float | No
 
 def sandboxes_of(wh: Warehouse, job_id: str) -> list:
     """The Job's sandboxes on every engine its cells may have been placed on."""
-    prefix = f"{(wh.paths.runs / job_id).resolve()}/"
     listed = [None] if settings.sandbox_hosts_file() is None else engines.engines()
-    return [c for engine in listed
-            for c in docker_engine.connect(engine).containers.list(all=True, filters={"label": TRIAL_DIR_LABEL},
-                                                                           ignore_removed=True)
-            if c.labels.get(TRIAL_DIR_LABEL, "").startswith(prefix)]
+    return [c for engine in listed for c in trial_sandboxes(docker_engine.connect(engine), wh.paths.runs / job_id)]
 
 
 def assert_settled(wh: Warehouse, job_id: str) -> None:

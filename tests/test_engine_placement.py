@@ -19,7 +19,7 @@ from pathlib import Path
 
 import docker
 import pytest
-from helpers import submit
+from helpers import submit, trial_sandboxes
 from servers import dockerd
 
 from amber_pipeline import embedded
@@ -29,11 +29,11 @@ from amber_pipeline.jobs.records import cells_of, get_job
 from amber_pipeline.money import wallet
 from amber_pipeline.paths import PROJECT_ROOT
 from amber_pipeline.sandbox import engines
+from amber_pipeline.sandbox.container import TRIAL_DIR_LABEL
 from amber_pipeline.warehouse.catalog import Warehouse
 
 DEMO_BENCH = PROJECT_ROOT / "examples" / "demo-bench"
 TASKS = ["active-user-emails", "count-log-errors", "fix-off-by-one"]
-TRIAL_DIR_LABEL = "org.amber.trial_dir"
 
 
 @pytest.fixture
@@ -56,11 +56,6 @@ def bench(tmp_path: Path, slow_sec: int = 0) -> Path:
             shebang, rest = verifier.read_text().split("\n", 1)
             verifier.write_text(f"{shebang}\nsleep {slow_sec}\n{rest}")
     return folder
-
-
-def sandboxes_on(client: docker.DockerClient, run_dir: Path) -> list:
-    return [c for c in client.containers.list(all=True, filters={"label": TRIAL_DIR_LABEL}, ignore_removed=True)
-            if c.labels[TRIAL_DIR_LABEL].startswith(f"{run_dir.resolve()}/")]
 
 
 def settled(wh: Warehouse, job_id: str) -> tuple[Decimal, Decimal, Decimal, list[str]]:
@@ -134,7 +129,7 @@ def test_a_jobs_cells_spread_over_the_engines_and_leave_nothing(two_engines: doc
     reserved, charged, refunded, keys = settled(warehouse, job.id)
     assert reserved == charged + refunded and len(keys) == len(set(keys))
     run_root = warehouse.paths.runs / job.id
-    assert sandboxes_on(primary, run_root) == [] and sandboxes_on(remote, run_root) == []
+    assert trial_sandboxes(primary, run_root) == [] and trial_sandboxes(remote, run_root) == []
 
 
 @pytest.mark.slow
@@ -160,7 +155,7 @@ def test_a_cell_whose_engine_dies_moves_to_the_other_engine_and_is_charged_once(
     runner.start()
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # the quick Task scored and charged, the slow ones in their verifiers
-        if settled(warehouse, job.id)[3] and len(sandboxes_on(remote, run_root)) >= 2:
+        if settled(warehouse, job.id)[3] and len(trial_sandboxes(remote, run_root)) >= 2:
             break
         time.sleep(0.5)
     charged_before = settled(warehouse, job.id)[3]
@@ -189,7 +184,7 @@ def test_a_cell_whose_engine_dies_moves_to_the_other_engine_and_is_charged_once(
         rows = con.execute("select outcome, count(*) from trials where job_id = ? group by 1", [job.id]).fetchall()
     assert dict(rows) == {"scored": len(TASKS)}
     recovery.sweep_sandboxes(warehouse)  # engine 2 is back: what it left there is swept (checked below)
-    assert sandboxes_on(primary, run_root) == [] and sandboxes_on(remote, run_root) == []
+    assert trial_sandboxes(primary, run_root) == [] and trial_sandboxes(remote, run_root) == []
 
 
 def test_cells_whose_tasks_reach_allowlisted_hosts_stay_on_this_machines_engine(

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import cli, funded, refusal, request
+from helpers import cli, funded, refusal, request, trial_sandboxes
 
 from amber_pipeline.accounts.identity import DEFAULT_WORKSPACE, local_user
 from amber_pipeline.agents.specs import AGENTS
@@ -217,7 +217,6 @@ def test_an_installed_agent_on_another_hosts_engine_reaches_the_proxy_through_it
     from servers import dockerd
 
     from amber_pipeline.jobs import records
-    from amber_pipeline.sandbox.container import TRIAL_DIR_LABEL
 
     agent, mc = "mini-swe-agent", "gpt-5-mini"
     software = AGENTS[agent].software
@@ -244,7 +243,5 @@ def test_an_installed_agent_on_another_hosts_engine_reaches_the_proxy_through_it
     assert Decimal(str(trial["cost_usd"])) == charged["amount"] > 0
     remote = engine2.client()
     assert any(t.startswith(f"amber-agent:{agent}-") for t in remote.images.get(trial["image_id"]).tags)
-    runs = str(warehouse.paths.runs)
     for client in (remote, primary):
-        assert [c for c in client.containers.list(all=True, filters={"label": TRIAL_DIR_LABEL}, ignore_removed=True)
-                if c.labels[TRIAL_DIR_LABEL].startswith(runs)] == []
+        assert trial_sandboxes(client, warehouse.paths.runs) == []

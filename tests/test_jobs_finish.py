@@ -25,12 +25,11 @@ from pathlib import Path
 
 import docker
 import pytest
-from helpers import cli, costs_and_charges, ok
+from helpers import cli, costs_and_charges, ok, trial_sandboxes
 
 from amber_pipeline import embedded, failpoints
 from amber_pipeline.jobs import records
 from amber_pipeline.paths import PROJECT_ROOT, AmberPaths
-from amber_pipeline.sandbox.container import TRIAL_DIR_LABEL
 from amber_pipeline.warehouse.catalog import Warehouse
 
 pytestmark = pytest.mark.docker
@@ -119,9 +118,7 @@ def ended(amber: Instance, job_id: str) -> records.Job:
 
 
 def sandboxes_of(amber: Instance, job_id: str) -> list:
-    prefix = f"{(amber.paths.runs / job_id).resolve()}/"
-    containers = docker.from_env().containers.list(all=True, filters={"label": TRIAL_DIR_LABEL}, ignore_removed=True)
-    return [c for c in containers if c.labels.get(TRIAL_DIR_LABEL, "").startswith(prefix)]
+    return trial_sandboxes(docker.from_env(), amber.paths.runs / job_id)
 
 
 def assert_finished(amber: Instance, job_id: str, n_trials: int, reward: float | None = None) -> None:
