@@ -7,14 +7,15 @@ the full Job's; cells that ran part of the Tasks are marked partial; a margin en
 to matter; a Job that never decides runs every Task; the Tasks run in one seeded order, the same for every cell;
 a Job without the flag is unchanged; and each wrong request is refused in one sentence.
 
-The static Jobs run on `stopping_data`'s yes-or-no Benchmark (no Docker). The demo's real Job (terminus-2 in
-sandboxes, replay-strong against replay-weak) is the slow one at the end.
+The static Jobs run on `stopping_data`'s yes-or-no Benchmark (no Docker). A real Job on five of the demo's Tasks
+(terminus-2 in sandboxes, replay-strong against replay-weak) is the slow one at the end.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -284,36 +285,45 @@ def test_a_stopping_job_submitted_from_the_cli_stops_in_the_daemons_cell_runs(be
     assert settled and refunded == reserved - charged > 0
 
 
-# ---- the demo's real Job -------------------------------------------------------------------------------------
+# ---- a real Job in sandboxes ---------------------------------------------------------------------------------
 
-DEMO_SEED = 1  # an order whose last Task (csv-region-totals) both replays fail: see the test's docstring
+# The demo's four Tasks that replay-strong solves and replay-weak does not, and one that both fail (examples/README.md)
+SPLIT_TASKS = ("count-log-errors", "fix-backup-script", "fix-off-by-one", "organize-inbox")
+TIED_TASK = "csv-region-totals"
+ORDER_SEED = 1  # an order whose last Task is the tied one: see the test's docstring
 
 
 @pytest.mark.docker
-@pytest.mark.slow(120)  # two Jobs, 86 sandboxes: the suite's longest test
-def test_the_demo_job_stops_early_and_agrees_with_the_full_job(warehouse: Warehouse) -> None:
-    """terminus-2 in sandboxes, replay-strong against replay-weak on the demo's 8 Tasks, 5 Trials per Task.
+@pytest.mark.slow(60)  # two Jobs, about 40 sandboxes
+def test_a_sandboxed_job_stops_early_and_agrees_with_the_full_job(tmp_path: Path, warehouse: Warehouse) -> None:
+    """terminus-2 in sandboxes, replay-strong against replay-weak on five of the demo's Tasks, 3 Trials per Task.
 
-    Eight Tasks are few: an anytime-valid interval decides only once the Tasks left could not change the answer,
-    which is after 7 Tasks when the last one in the Job's order is one the two replays score alike (half of all
-    orders, `bench/sequential.py`'s demo line), and never sooner. The seed is such an order; the test checks
+    An anytime-valid interval decides only once the Tasks left could not change the answer. On these five Tasks
+    at 3 Trials each it decides after the four that split the replays, and only when the one they tie on comes
+    last in the Job's order (`scoring.sequential.stopped_jobs` over the five places it may take: one stops early);
+    on all eight of the demo's Tasks it takes 5 Trials per Task and stops after 7 Tasks at the soonest
+    (`bench/sequential.py`'s demo line), over twice the sandboxes. The seed is such an order; the test checks
     that the Job then stops by itself, says so, and that its verdict and refund are right."""
     wh = warehouse
-    job = run_job(wh, JobRequest(benchmark=str(DEMO), agent="terminus-2", trials_per_task=5,
+    bench = tmp_path / "demo-five"
+    for name in (*SPLIT_TASKS, TIED_TASK):
+        shutil.copytree(DEMO / name, bench / name)
+    assert stopping.task_order(sorted(p.name for p in bench.iterdir()), ORDER_SEED)[-1] == TIED_TASK
+    job = run_job(wh, JobRequest(benchmark=str(bench), agent="terminus-2", trials_per_task=3,
                                  model_configurations=["replay-strong", "replay-weak"], stop_when_decided=True,
-                                 order_seed=DEMO_SEED))
+                                 order_seed=ORDER_SEED))
     assert job.status == "completed" and job.stop is not None, job.message
-    assert job.stop.tasks_seen == 7 and job.message.startswith("Stopped early after 7 of 8 Tasks")
+    assert job.stop.tasks_seen == 4 and job.message.startswith("Stopped early after 4 of 5 Tasks")
     [pair] = job.stop.pairs
     assert (pair.a, pair.b, pair.verdict) == ("terminus-2 / replay-strong", "terminus-2 / replay-weak", "a_better")
     reserved, charged, refunded, settled = _spending(wh, job.id)
     assert reserved == Decimal(quotes.get(wh, DEFAULT_WORKSPACE, job.quote_id or "").amount)  # the Quote
     assert settled and refunded == reserved - charged > 0
-    assert _results(wh, job.id).stopping.trials_run < 2 * 8 * 5
+    assert 2 * 4 * 3 <= _results(wh, job.id).stopping.trials_run < 2 * 5 * 3
 
     # The full Job: the replays answer each Task the same way every time, so one Trial per Task measures what
-    # five do; its bootstrap comparison names the same better side.
-    full = run_job(wh, JobRequest(benchmark=str(DEMO), agent="terminus-2", trials_per_task=1,
+    # three do; its bootstrap comparison names the same better side.
+    full = run_job(wh, JobRequest(benchmark=str(bench), agent="terminus-2", trials_per_task=1,
                                   model_configurations=["replay-strong", "replay-weak"]))
     [compared] = _results(wh, full.id).report.comparisons
     assert (compared.better, compared.too_close_to_call) == ("terminus-2/replay-strong", False)
