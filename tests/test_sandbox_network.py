@@ -586,10 +586,14 @@ async def _run_trial(trial_class, config):
     return await (await trial_class.create(config)).run()
 
 
-@pytest.mark.docker
-def test_remove_takes_the_network_and_its_guard_away(docker_client):
+def _guard_rules() -> str:
     import subprocess
 
+    return subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.docker
+def test_remove_takes_the_network_and_its_guard_away(docker_client):
     from amber_pipeline.sandbox.network import SandboxNetwork
 
     t0 = time.monotonic()
@@ -598,24 +602,18 @@ def test_remove_takes_the_network_and_its_guard_away(docker_client):
     try:
         network.allow_host_port(4321)
         assert network.allowed_host_ports() == [4321]
-        rules = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True, check=True).stdout
+        rules = _guard_rules()
         assert f"-A INPUT -i {network.bridge} -j {network.chain}" in rules
     finally:
         t0 = time.monotonic()
         network.remove()
         removed = time.monotonic() - t0
     network.remove()  # idempotent
-    rules = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True, check=True).stdout
+    rules = _guard_rules()
     assert network.chain not in rules
     assert not [n for n in docker_client.networks.list(names=[network.name]) if n.name == network.name]
     print(f"create {created:.3f} s, remove {removed:.3f} s")
     assert created < 5 and removed < 5
-
-
-def _guard_rules() -> str:
-    import subprocess
-
-    return subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True, check=True).stdout
 
 
 @pytest.mark.docker
@@ -660,8 +658,9 @@ def test_a_sweep_keeps_the_guard_of_a_network_made_while_it_looks(docker_client)
     try:
         remove_sandbox_networks({TEST_LABEL: f"none-{RUN_ID}"}, client=sweeping_client)  # type: ignore[arg-type]
         assert made, "the sweep did not list the engine's networks"
-        assert f"-A INPUT -i {made[0].bridge} -j {made[0].chain}" in _guard_rules()
-        assert f"-A {made[0].chain} -j REJECT" in _guard_rules()
+        rules = _guard_rules()
+        assert f"-A INPUT -i {made[0].bridge} -j {made[0].chain}" in rules
+        assert f"-A {made[0].chain} -j REJECT" in rules
     finally:
         for network in made:
             network.remove()
