@@ -11,7 +11,7 @@ demo: setup
 # as much as they compute. On 2 cores, 4 workers took 589 s and left the cores idle for 76 CPU-s of it; 5 workers took
 # 567, 569 and 575 s, idle for 22-27 CPU-s (a fifth worker's own start, its collection, costs about 6). The tests of a
 # module that share a module-scoped fixture go to one worker (--dist loadgroup, tests/scheduling.py), so it is made
-# once. Its wall time is printed as a FIGURE line (issue 30), whether it passes or not.
+# once. The suite's wall time is printed as a FIGURE line (issue 30), whether it passes or not.
 WORKERS ?= $(shell echo $$(( $$(nproc) + 3 )))
 # Its temporary folders (every test's AMBER_HOME: a catalog, a Dagster instance, Benchmark copies; 5 GB written in
 # all) are made in memory, on /dev/shm, where it has 8 GB free: on this machine's disk (ext4, mounted with discard) the
